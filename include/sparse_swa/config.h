@@ -1,0 +1,70 @@
+// Builder configuration: validated once, at construction; everything derived from it lives here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparse_swa/status.h"
+
+namespace sparse_swa {
+
+enum class SpeculativeMethod { kNone, kMtp, kDspark };
+
+// DeepSeek-V4 decode layer types; each needs its own FlashMLA tile-scheduler plan per step.
+enum class LayerType : uint8_t { kSwaOnly = 0, kC2A = 1, kC4A = 2, kC128A = 3 };
+inline constexpr int kNumLayerTypes = 4;
+
+// A small set of layer types, iterated in the order of LayerType.
+class LayerTypeSet {
+ public:
+  void insert(LayerType t) { bits_ |= 1u << static_cast<unsigned>(t); }
+  bool contains(LayerType t) const { return bits_ & (1u << static_cast<unsigned>(t)); }
+  bool empty() const { return bits_ == 0; }
+  bool operator==(const LayerTypeSet&) const = default;
+  // Names sorted alphabetically, as the JSON contract prints them ("c128a", "c4a", "swaonly").
+  std::vector<std::string> sorted_names() const;
+
+ private:
+  unsigned bits_ = 0;
+};
+
+const char* layer_type_name(LayerType t);
+const char* speculative_method_name(SpeculativeMethod m);
+StatusOr<SpeculativeMethod> parse_speculative_method(std::string_view name);
+// 1 -> swaonly, 2 -> c2a, 4 -> c4a, 128 -> c128a; anything else is an error naming the value.
+StatusOr<LayerType> layer_type_for_ratio(int64_t compress_ratio, std::string_view field);
+
+struct BuilderConfig {
+  int32_t window_size = 0;             // W >= 1, the logical sliding window
+  int32_t block_size = 0;              // B >= 1, tokens per SWA KV page
+  int32_t max_num_batched_tokens = 0;  // row capacity of every per-token buffer
+  int32_t max_num_seqs = 0;            // request capacity
+  int64_t max_model_len = 0;
+  int32_t num_speculative_tokens = 0;  // k >= 0
+  SpeculativeMethod speculative_method = SpeculativeMethod::kNone;
+  bool parallel_drafting = false;
+  int32_t max_image_tokens = 0;          // Mi >= 0 (vision checkpoints widen prefill rows by Mi)
+  std::vector<int32_t> compress_ratios;  // each in {1, 2, 4, 128}; empty means {1}
+};
+
+// Everything the builder derives from a valid config.
+struct DerivedConfig {
+  int32_t decode_threshold = 1;       // theta = 1 + (2 if parallel_drafting else 1) * k
+  int32_t prefill_index_width = 0;    // W + Mi
+  int32_t noncausal_index_width = 0;  // DSpark: max(round_up(W + k, 64), round_up(W + theta, 64))
+  LayerTypeSet layer_types;
+  bool is_dspark = false;
+};
+
+// Validates every field; the message names the field ("config.window_size: ...").
+Status validate_config(const BuilderConfig& config);
+// Requires a valid config.
+DerivedConfig derive_config(const BuilderConfig& config);
+
+// The reference's get_dspark_swa_index_width(W, k) = round_up(W + k, 64); it truncates rows when
+// W + theta crosses the next multiple of 64, so the builder uses noncausal_index_width instead.
+int32_t reference_noncausal_width(int32_t window_size, int32_t num_speculative_tokens);
+
+}  // namespace sparse_swa

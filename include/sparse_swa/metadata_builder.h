@@ -1,0 +1,52 @@
+// The per-step SWA metadata builder. One spec, two backends: the CPU backend is the reference,
+// the CUDA backend must match it bit for bit.
+#pragma once
+
+#include <memory>
+
+#include "sparse_swa/batch.h"
+#include "sparse_swa/config.h"
+#include "sparse_swa/metadata.h"
+#include "sparse_swa/status.h"
+
+namespace sparse_swa {
+
+enum class Backend { kCpu, kCuda };
+
+const char* backend_name(Backend b);
+// True when this library was built with the CUDA backend and a CUDA device is usable.
+bool cuda_backend_available();
+
+class MetadataBuilder {
+ public:
+  // Validates the config and allocates every persistent buffer (sized from
+  // max_num_batched_tokens / max_num_seqs). `cuda_stream` is a cudaStream_t (nullptr = default
+  // stream) for the CUDA backend and ignored by the CPU backend.
+  static StatusOr<std::unique_ptr<MetadataBuilder>> create(const BuilderConfig& config,
+                                                           Backend backend = Backend::kCpu,
+                                                           void* cuda_stream = nullptr);
+  virtual ~MetadataBuilder() = default;
+
+  const BuilderConfig& config() const { return config_; }
+  const DerivedConfig& derived() const { return derived_; }
+  virtual Backend backend() const = 0;
+
+  // Validates the batch (on error nothing is written), then fills `out` with views into the
+  // persistent buffers. Allocates nothing; buffer addresses are the same on every step.
+  virtual Status build(const BatchInput& batch, SwaMetadata* out) = 0;
+
+  // The reference's update_draft_decode_metadata: after seq_lens (and possibly block_table)
+  // advanced in place, recompute the first Td causal decode rows of `md` (from the last build)
+  // with the logical window W, never the row width. Token mapping and validity are kept.
+  virtual Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md) = 0;
+
+ protected:
+  MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
+      : config_(config), derived_(derived) {}
+
+ private:
+  BuilderConfig config_;
+  DerivedConfig derived_;
+};
+
+}  // namespace sparse_swa

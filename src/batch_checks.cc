@@ -1,0 +1,233 @@
+#include "batch_checks.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/swa_formulas.h"
+
+namespace sparse_swa::detail {
+
+StepSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_tokens,
+                                     int32_t theta) {
+  StepSplit s;
+  const int32_t num_reqs = static_cast<int32_t>(qsl.size()) - 1;
+  for (int32_t r = 0; r < num_reqs; ++r)
+    s.max_query_len = std::max(s.max_query_len, qsl[r + 1] - qsl[r]);
+  int32_t first_prefill = num_reqs;
+  if (s.max_query_len > theta) {
+    for (int32_t r = 0; r < num_reqs; ++r) {
+      if (qsl[r + 1] - qsl[r] > theta) {
+        first_prefill = r;
+        break;
+      }
+    }
+  }
+  s.num_decodes = first_prefill;
+  s.num_prefills = num_reqs - first_prefill;
+  s.num_decode_tokens = first_prefill == num_reqs ? num_tokens : qsl[first_prefill];
+  s.num_prefill_tokens = num_tokens - s.num_decode_tokens;
+  return s;
+}
+
+std::span<const int32_t> host_query_start_loc(const BatchInput& b) {
+  return b.query_start_loc_host.empty() ? b.query_start_loc : b.query_start_loc_host;
+}
+std::span<const int32_t> host_seq_lens(const BatchInput& b) {
+  return b.seq_lens_host.empty() ? b.seq_lens : b.seq_lens_host;
+}
+
+namespace {
+
+Status check_query_start_loc(std::span<const int32_t> qsl, std::string_view name) {
+  if (qsl[0] != 0) return invalid_argument(name, "[0]: expected 0, got ", qsl[0]);
+  for (size_t i = 1; i < qsl.size(); ++i) {
+    if (qsl[i] < qsl[i - 1]) {
+      return invalid_argument(name, "[", i, "]: expected >= ", name, "[", i - 1, "] = ", qsl[i - 1],
+                              " (non-decreasing), got ", qsl[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_seq_lens(std::span<const int32_t> qsl, std::span<const int32_t> seq_lens,
+                      std::string_view name) {
+  for (size_t r = 0; r < seq_lens.size(); ++r) {
+    const int32_t ql = qsl[r + 1] - qsl[r];
+    if (seq_lens[r] < ql) {
+      return invalid_argument(name, "[", r, "]: expected >= the query length ", ql,
+                              " (seq_len counts context + query tokens), got ", seq_lens[r]);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
+                   bool arrays_on_host) {
+  const int64_t num_reqs = static_cast<int64_t>(b.seq_lens.size());
+  const int64_t num_tokens = static_cast<int64_t>(b.slot_mapping.size());
+  if (num_reqs > config.max_num_seqs) {
+    return invalid_argument("batch.seq_lens: expected at most max_num_seqs = ", config.max_num_seqs,
+                            " requests, got ", num_reqs);
+  }
+  if (static_cast<int64_t>(b.query_start_loc.size()) != num_reqs + 1) {
+    return invalid_argument("batch.query_start_loc: expected num_reqs + 1 = ", num_reqs + 1,
+                            " entries (num_reqs = len(seq_lens)), got ", b.query_start_loc.size());
+  }
+  const auto qsl = host_query_start_loc(b);
+  const auto seq = host_seq_lens(b);
+  if (static_cast<int64_t>(qsl.size()) != num_reqs + 1) {
+    return invalid_argument("batch.query_start_loc_host: expected ", num_reqs + 1, " entries, got ",
+                            qsl.size());
+  }
+  if (static_cast<int64_t>(seq.size()) != num_reqs) {
+    return invalid_argument("batch.seq_lens_host: expected ", num_reqs, " entries, got ",
+                            seq.size());
+  }
+  if (num_tokens > config.max_num_batched_tokens) {
+    return invalid_argument("batch.slot_mapping: expected at most max_num_batched_tokens = ",
+                            config.max_num_batched_tokens, " tokens, got ", num_tokens);
+  }
+  const bool has_host_copies = !b.query_start_loc_host.empty();
+  SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(
+      qsl, has_host_copies ? "batch.query_start_loc_host" : "batch.query_start_loc"));
+  if (qsl[num_reqs] > num_tokens) {
+    return invalid_argument("batch.slot_mapping: expected at least query_start_loc[", num_reqs,
+                            "] = ", qsl[num_reqs], " tokens, got ", num_tokens);
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(
+      qsl, seq, !b.seq_lens_host.empty() ? "batch.seq_lens_host" : "batch.seq_lens"));
+
+  const auto& bt = b.block_table;
+  if (bt.rows < num_reqs) {
+    return invalid_argument("batch.block_table: expected at least num_reqs = ", num_reqs,
+                            " rows, got ", bt.rows);
+  }
+  if (bt.cols < 0 || bt.stride < bt.cols) {
+    return invalid_argument("batch.block_table: expected 0 <= cols <= stride, got cols ", bt.cols,
+                            ", stride ", bt.stride);
+  }
+  if (num_reqs > 0 && bt.data == nullptr) {
+    return invalid_argument("batch.block_table: null data for ", num_reqs, " requests");
+  }
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    const int64_t needed = formulas::ceil_div(seq[r], config.block_size);
+    if (needed > bt.cols) {
+      return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
+                              "] / block_size) = ceil(", seq[r], " / ", config.block_size,
+                              ") = ", needed, " entries, got ", bt.cols);
+    }
+  }
+  if (!b.causal && !derived.is_dspark) {
+    return invalid_argument(
+        "batch.causal: false (non-causal rows) needs speculative_method "
+        "dspark, got ",
+        speculative_method_name(config.speculative_method));
+  }
+
+  if (!arrays_on_host) return Status::Ok();
+  // CPU backend: the arrays themselves are host memory and are what the rows are built from.
+  if (has_host_copies) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(b.query_start_loc, "batch.query_start_loc"));
+    if (b.query_start_loc[num_reqs] != qsl[num_reqs]) {
+      return invalid_argument("batch.query_start_loc[", num_reqs,
+                              "]: expected the host copy's total ", qsl[num_reqs], ", got ",
+                              b.query_start_loc[num_reqs]);
+    }
+  }
+  if (!b.seq_lens_host.empty() || has_host_copies) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(b.query_start_loc, b.seq_lens, "batch.seq_lens"));
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      const int64_t needed = formulas::ceil_div(b.seq_lens[r], config.block_size);
+      if (needed > bt.cols) {
+        return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
+                                "] / block_size) = ", needed, " entries, got ", bt.cols);
+      }
+    }
+  }
+  const int32_t num_real = b.query_start_loc[num_reqs];
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t s = b.slot_mapping[t];
+    if (s < -1) {
+      return invalid_argument("batch.slot_mapping[", t,
+                              "]: expected a slot >= 0 or -1 (padding), got ", s);
+    }
+    if (t >= num_real && s != -1) {
+      return invalid_argument("batch.slot_mapping[", t, "]: token ", t,
+                              " is CUDA-graph padding (past query_start_loc[", num_reqs,
+                              "] = ", num_real, ") and must be -1, got ", s);
+    }
+  }
+  return Status::Ok();
+}
+
+Status build_span_csr(std::span<const ImageSpan> spans, std::span<const int32_t> seq_lens,
+                      int32_t max_image_tokens, SpanCsr* csr) {
+  const int32_t num_reqs = static_cast<int32_t>(seq_lens.size());
+  csr->count = 0;
+  if (spans.empty()) return Status::Ok();
+  if (max_image_tokens == 0) {
+    return invalid_argument(
+        "batch.image_spans: the config has max_image_tokens = 0 (a text "
+        "model), so no image span is accepted; got ",
+        spans.size());
+  }
+  if (static_cast<int64_t>(spans.size()) > csr->capacity) {
+    return invalid_argument("batch.image_spans: expected at most ", csr->capacity,
+                            " spans (max_num_batched_tokens), got ", spans.size());
+  }
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const ImageSpan& s = spans[i];
+    if (s.request < 0 || s.request >= num_reqs) {
+      return invalid_argument("batch.image_spans[", i, "].request: expected 0..", num_reqs - 1,
+                              " (an existing request), got ", s.request);
+    }
+    if (s.start < 0 || s.end < s.start) {
+      return invalid_argument("batch.image_spans[", i, "]: expected 0 <= start <= end, got [",
+                              s.start, ", ", s.end, "]");
+    }
+    if (s.end >= seq_lens[s.request]) {
+      return invalid_argument("batch.image_spans[", i, "]: expected end < seq_lens[", s.request,
+                              "] = ", seq_lens[s.request], ", got [", s.start, ", ", s.end, "]");
+    }
+    const int64_t length = int64_t{s.end} - s.start + 1;
+    if (length > max_image_tokens) {
+      return invalid_argument("batch.image_spans[", i,
+                              "]: expected at most max_image_tokens = ", max_image_tokens,
+                              " tokens, got ", length, " ([", s.start, ", ", s.end, "])");
+    }
+  }
+  // Counting sort by request, then by start within a request.
+  std::fill(csr->indptr, csr->indptr + num_reqs + 1, 0);
+  for (const ImageSpan& s : spans) ++csr->indptr[s.request + 1];
+  for (int32_t r = 0; r < num_reqs; ++r) csr->indptr[r + 1] += csr->indptr[r];
+  // Scatter span indices into `ends` with indptr as the cursor, then shift indptr back.
+  for (size_t i = 0; i < spans.size(); ++i) {
+    csr->ends[csr->indptr[spans[i].request]++] = static_cast<int32_t>(i);
+  }
+  for (int32_t r = num_reqs; r > 0; --r) csr->indptr[r] = csr->indptr[r - 1];
+  csr->indptr[0] = 0;
+  for (int32_t r = 0; r < num_reqs; ++r) {
+    std::sort(csr->ends + csr->indptr[r], csr->ends + csr->indptr[r + 1],
+              [&](int32_t a, int32_t b) { return spans[a].start < spans[b].start; });
+    for (int32_t k = csr->indptr[r] + 1; k < csr->indptr[r + 1]; ++k) {
+      const ImageSpan& prev = spans[csr->ends[k - 1]];
+      const ImageSpan& cur = spans[csr->ends[k]];
+      if (cur.start <= prev.end) {
+        return invalid_argument("batch.image_spans[", csr->ends[k], "]: overlaps span [",
+                                prev.start, ", ", prev.end, "] of request ", r, ", got [",
+                                cur.start, ", ", cur.end, "]");
+      }
+    }
+  }
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const ImageSpan& s = spans[csr->ends[k]];
+    csr->starts[k] = s.start;
+  }
+  for (size_t k = 0; k < spans.size(); ++k) csr->ends[k] = spans[csr->ends[k]].end;
+  csr->count = static_cast<int32_t>(spans.size());
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail

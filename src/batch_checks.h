@@ -1,0 +1,50 @@
+// Host-side batch checks and the decode/prefill split, shared by the CPU and CUDA backends.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "sparse_swa/batch.h"
+#include "sparse_swa/config.h"
+#include "sparse_swa/status.h"
+
+namespace sparse_swa::detail {
+
+struct StepSplit {
+  int32_t num_decodes = 0;
+  int32_t num_prefills = 0;
+  int32_t num_decode_tokens = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t max_query_len = 0;  // over the host query lengths, 0 when there are no requests
+};
+
+// The reference's split_decodes_and_prefills with its defaults (short extends count as
+// decodes): requests before the first one with query_len > theta are decodes.
+StepSplit split_decodes_and_prefills(std::span<const int32_t> query_start_loc_host,
+                                     int32_t num_tokens, int32_t decode_threshold);
+
+// The host copies a backend plans with: the explicit *_host spans when given, else the arrays.
+std::span<const int32_t> host_query_start_loc(const BatchInput& b);
+std::span<const int32_t> host_seq_lens(const BatchInput& b);
+
+// Checks everything visible through host memory: sizes, query_start_loc, seq_lens >= query
+// lengths, block-table shape and coverage, the causal flag, and (for the CPU backend, where
+// `arrays_on_host`) the same rules on the arrays themselves plus slot_mapping values.
+Status check_batch(const BuilderConfig& config, const DerivedConfig& derived,
+                   const BatchInput& batch, bool arrays_on_host);
+
+// Image spans grouped by request (CSR), each request's spans sorted by start.
+//   indptr [num_reqs + 1], starts/ends [capacity]
+struct SpanCsr {
+  int32_t* indptr = nullptr;
+  int32_t* starts = nullptr;
+  int32_t* ends = nullptr;
+  int32_t capacity = 0;
+  int32_t count = 0;
+};
+// Validates the spans (request exists, 0 <= start <= end < seq_len, length <= Mi, no overlap)
+// and fills `csr`. No spans is always valid; any span with max_image_tokens = 0 is an error.
+Status build_span_csr(std::span<const ImageSpan> spans, std::span<const int32_t> seq_lens_host,
+                      int32_t max_image_tokens, SpanCsr* csr);
+
+}  // namespace sparse_swa::detail

@@ -1,0 +1,57 @@
+// The reference's greedy prefill workspace chunk plan (host only).
+#include <algorithm>
+
+#include "common/swa_formulas.h"
+#include "sparse_swa/metadata.h"
+
+namespace sparse_swa {
+
+StatusOr<std::vector<ChunkPlanEntry>> prefill_chunk_plan(const SwaMetadata& md,
+                                                         int64_t compress_ratio, int64_t chunk_size,
+                                                         std::optional<bool> has_compressed) {
+  SPARSE_SWA_RETURN_IF_ERROR(
+      layer_type_for_ratio(compress_ratio, "chunk_plan.compress_ratio").status());
+  if (chunk_size < 1) {
+    return invalid_argument("chunk_plan.chunk_size: expected >= 1, got ", chunk_size);
+  }
+  std::vector<ChunkPlanEntry> plan;
+  const int32_t n = md.num_prefills;
+  if (n == 0) return plan;
+  if (static_cast<int32_t>(md.prefill_seq_lens_host.size()) != n ||
+      static_cast<int32_t>(md.prefill_query_lens_host.size()) != n) {
+    return invalid_argument("metadata.prefill_seq_lens_host: expected ", n,
+                            " entries (num_prefills), got ", md.prefill_seq_lens_host.size());
+  }
+  const bool compressed = has_compressed.value_or(compress_ratio > 1);
+  const int64_t window = md.window_size;
+  // Worst case per request: every compressed entry plus max_num_batched_tokens + W - 1 tokens.
+  const int64_t area =
+      chunk_size * ((compressed ? formulas::ceil_div(md.max_model_len, compress_ratio) : 0) +
+                    window + md.max_num_batched_tokens);
+  auto gather = [&](int32_t i) -> int64_t {
+    const int64_t ql = md.prefill_query_lens_host[i];
+    const int64_t prefix = md.prefill_seq_lens_host[i] - ql;
+    return ql + std::clamp<int64_t>(prefix, 0, window - 1);
+  };
+  auto comp = [&](int32_t i) -> int64_t {
+    return compressed ? md.prefill_seq_lens_host[i] / compress_ratio : 0;
+  };
+  int32_t start = 0;
+  while (start < n) {
+    int64_t max_comp = comp(start), max_gather = gather(start);
+    int32_t end = start + 1;
+    while (end < n) {
+      const int64_t c = std::max(max_comp, comp(end));
+      const int64_t g = std::max(max_gather, gather(end));
+      if ((end - start + 1) * (c + g) > area) break;
+      max_comp = c;
+      max_gather = g;
+      ++end;
+    }
+    plan.push_back({start, end, max_comp, max_comp + max_gather});
+    start = end;
+  }
+  return plan;
+}
+
+}  // namespace sparse_swa

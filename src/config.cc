@@ -1,0 +1,156 @@
+#include "sparse_swa/config.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/swa_formulas.h"
+
+namespace sparse_swa {
+
+namespace {
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+// A row's width must fit int32 with room for window arithmetic.
+constexpr int64_t kMaxRowWidth = int64_t{1} << 24;
+// Largest persistent index buffer (elements) the builder will allocate.
+constexpr int64_t kMaxBufferElements = int64_t{1} << 31;
+constexpr int64_t kDsparkAlignment = 64;
+}  // namespace
+
+std::vector<std::string> LayerTypeSet::sorted_names() const {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumLayerTypes; ++i) {
+    const auto t = static_cast<LayerType>(i);
+    if (contains(t)) names.emplace_back(layer_type_name(t));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const char* layer_type_name(LayerType t) {
+  switch (t) {
+    case LayerType::kSwaOnly:
+      return "swaonly";
+    case LayerType::kC2A:
+      return "c2a";
+    case LayerType::kC4A:
+      return "c4a";
+    case LayerType::kC128A:
+      return "c128a";
+  }
+  return "unknown";
+}
+
+const char* speculative_method_name(SpeculativeMethod m) {
+  switch (m) {
+    case SpeculativeMethod::kNone:
+      return "none";
+    case SpeculativeMethod::kMtp:
+      return "mtp";
+    case SpeculativeMethod::kDspark:
+      return "dspark";
+  }
+  return "unknown";
+}
+
+StatusOr<SpeculativeMethod> parse_speculative_method(std::string_view name) {
+  if (name == "none") return SpeculativeMethod::kNone;
+  if (name == "mtp") return SpeculativeMethod::kMtp;
+  if (name == "dspark") return SpeculativeMethod::kDspark;
+  return invalid_argument("config.speculative_method: expected one of none, mtp, dspark, got \"",
+                          name, "\"");
+}
+
+StatusOr<LayerType> layer_type_for_ratio(int64_t compress_ratio, std::string_view field) {
+  switch (compress_ratio) {
+    case 1:
+      return LayerType::kSwaOnly;
+    case 2:
+      return LayerType::kC2A;
+    case 4:
+      return LayerType::kC4A;
+    case 128:
+      return LayerType::kC128A;
+    default:
+      return invalid_argument(field, ": expected a compress ratio in {1, 2, 4, 128}, got ",
+                              compress_ratio);
+  }
+}
+
+int32_t reference_noncausal_width(int32_t window_size, int32_t num_speculative_tokens) {
+  const int64_t w = std::max(window_size, 0) + int64_t{std::max(num_speculative_tokens, 0)};
+  return static_cast<int32_t>(formulas::round_up(w, kDsparkAlignment));
+}
+
+Status validate_config(const BuilderConfig& c) {
+  auto at_least = [](std::string_view field, int64_t value, int64_t min) -> Status {
+    if (value < min)
+      return invalid_argument("config.", field, ": expected >= ", min, ", got ", value);
+    return Status::Ok();
+  };
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("window_size", c.window_size, 1));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("block_size", c.block_size, 1));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("max_num_batched_tokens", c.max_num_batched_tokens, 1));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("max_num_seqs", c.max_num_seqs, 1));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("max_model_len", c.max_model_len, 1));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("num_speculative_tokens", c.num_speculative_tokens, 0));
+  SPARSE_SWA_RETURN_IF_ERROR(at_least("max_image_tokens", c.max_image_tokens, 0));
+  if (c.speculative_method == SpeculativeMethod::kNone) {
+    if (c.num_speculative_tokens != 0) {
+      return invalid_argument(
+          "config.num_speculative_tokens: expected 0 with speculative_method none, got ",
+          c.num_speculative_tokens);
+    }
+    if (c.parallel_drafting) {
+      return invalid_argument(
+          "config.parallel_drafting: expected false with speculative_method none, got true");
+    }
+  }
+  for (size_t i = 0; i < c.compress_ratios.size(); ++i) {
+    auto type =
+        layer_type_for_ratio(c.compress_ratios[i], str_cat("config.compress_ratios[", i, "]"));
+    SPARSE_SWA_RETURN_IF_ERROR(type.status());
+  }
+  // Widths: W + Mi (prefill rows) and W + theta rounded to 64 (non-causal rows) must stay small.
+  const int64_t theta = 1 + (c.parallel_drafting ? 2 : 1) * int64_t{c.num_speculative_tokens};
+  const int64_t widest = std::max<int64_t>(
+      c.window_size + int64_t{c.max_image_tokens},
+      formulas::round_up(c.window_size + std::max<int64_t>(theta, c.num_speculative_tokens), 64));
+  if (widest > kMaxRowWidth) {
+    return invalid_argument(
+        "config: the widest index row (window_size + max_image_tokens or "
+        "window_size + decode threshold) must be <= ",
+        kMaxRowWidth, ", got ", widest);
+  }
+  if (widest * c.max_num_batched_tokens > kMaxBufferElements) {
+    return invalid_argument("config.max_num_batched_tokens: ", c.max_num_batched_tokens,
+                            " rows of width ", widest, " exceed the ", kMaxBufferElements,
+                            "-element index buffer limit");
+  }
+  if (c.max_model_len > kInt32Max) {
+    return invalid_argument("config.max_model_len: expected <= ", kInt32Max, ", got ",
+                            c.max_model_len);
+  }
+  return Status::Ok();
+}
+
+DerivedConfig derive_config(const BuilderConfig& c) {
+  DerivedConfig d;
+  d.decode_threshold = 1 + (c.parallel_drafting ? 2 : 1) * c.num_speculative_tokens;
+  d.prefill_index_width = c.window_size + c.max_image_tokens;
+  d.is_dspark = c.speculative_method == SpeculativeMethod::kDspark;
+  if (d.is_dspark) {
+    // A non-causal row holds min(prefix, W) + query_len <= W + theta entries; the reference's
+    // round_up(W + k, 64) alone truncates rows when W + k is a multiple of 64.
+    d.noncausal_index_width =
+        std::max(reference_noncausal_width(c.window_size, c.num_speculative_tokens),
+                 static_cast<int32_t>(formulas::round_up(c.window_size + d.decode_threshold, 64)));
+  }
+  if (c.compress_ratios.empty()) {
+    d.layer_types.insert(LayerType::kSwaOnly);
+  } else {
+    for (int32_t r : c.compress_ratios) d.layer_types.insert(layer_type_for_ratio(r, "").value());
+  }
+  return d;
+}
+
+}  // namespace sparse_swa

@@ -1,0 +1,241 @@
+#include "cpu/cpu_metadata_builder.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/swa_formulas.h"
+
+namespace sparse_swa::detail {
+
+namespace {
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+}  // namespace
+
+CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
+    : MetadataBuilder(config, derived) {
+  const size_t max_tokens = static_cast<size_t>(config.max_num_batched_tokens);
+  const size_t max_seqs = static_cast<size_t>(config.max_num_seqs);
+  token_to_req_.assign(max_tokens, 0);
+  is_valid_.assign(max_tokens, 0);
+  decode_rows_.assign(max_tokens * config.window_size, -1);
+  if (derived.is_dspark)
+    decode_rows_noncausal_.assign(max_tokens * derived.noncausal_index_width, -1);
+  decode_lens_.assign(max_tokens, 0);
+  prefill_rows_.assign(max_tokens * derived.prefill_index_width, -1);
+  prefill_lens_.assign(max_tokens, 0);
+  if (config.max_image_tokens > 0) {
+    left_visible_.assign(max_tokens, 0);
+    right_visible_.assign(max_tokens, 0);
+    span_indptr_.assign(max_seqs + 1, 0);
+    span_starts_.assign(max_tokens, 0);
+    span_ends_.assign(max_tokens, 0);
+    spans_ = {span_indptr_.data(), span_starts_.data(), span_ends_.data(),
+              config.max_num_batched_tokens, 0};
+  }
+  gather_lens_.assign(max_seqs, 0);
+  prefill_seq_lens_.assign(max_seqs, 0);
+  prefill_query_lens_.assign(max_seqs, 0);
+}
+
+CpuMetadataBuilder::TokenWindow CpuMetadataBuilder::token_window(const BatchInput& b, int32_t t,
+                                                                 int32_t r, RowKind kind,
+                                                                 int32_t left,
+                                                                 int32_t right) const {
+  const int32_t qs = b.query_start_loc[r];
+  const int32_t ql = b.query_start_loc[r + 1] - qs;
+  const int32_t seq_len = b.seq_lens[r];
+  const int32_t prefix = seq_len - ql;
+  const int32_t window = config().window_size;
+  if (kind == RowKind::kNonCausal) return {r, formulas::noncausal_window(prefix, seq_len, window)};
+  return {r, formulas::causal_window(prefix + (t - qs), window, left, right)};
+}
+
+Status CpuMetadataBuilder::check_window_blocks(const BatchInput& b, int32_t t,
+                                               const TokenWindow& tw) const {
+  const int32_t block_size = config().block_size;
+  const int32_t* bt_row = b.block_table.row(tw.request);
+  for (int64_t blk = tw.window.start / block_size; blk <= (tw.window.end - 1) / block_size; ++blk) {
+    const int64_t id = bt_row[blk];
+    if (id < 0) {
+      return invalid_argument("batch.block_table[", tw.request, "][", blk,
+                              "]: expected a block id >= 0 (token ", t, " reads positions [",
+                              tw.window.start, ", ", tw.window.end, ")), got ", id);
+    }
+    if (id * block_size + (block_size - 1) > kInt32Max) {
+      return invalid_argument("batch.block_table[", tw.request, "][", blk, "]: block id ", id,
+                              " * block_size ", block_size, " overflows an int32 slot id");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CpuMetadataBuilder::check_windows(const BatchInput& b, const StepSplit& split,
+                                         bool with_image) const {
+  // Recomputes mapping and visibility on the fly so that nothing is written before it passes.
+  const RowKind decode_kind = b.causal ? RowKind::kCausal : RowKind::kNonCausal;
+  const int32_t* qsl = b.query_start_loc.data();
+  for (int32_t t = 0; t < b.num_tokens(); ++t) {
+    if (b.slot_mapping[t] < 0) continue;
+    const int32_t r = formulas::token_request(qsl, b.num_reqs(), t);
+    const bool decode = t < split.num_decode_tokens;
+    int32_t left = 0, right = 0;
+    if (!decode && with_image) {
+      const int32_t pos = b.seq_lens[r] - (qsl[r + 1] - qsl[r]) + (t - qsl[r]);
+      formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
+                                 spans_.indptr[r + 1], config().max_image_tokens, &left, &right);
+    }
+    const TokenWindow tw =
+        token_window(b, t, r, decode ? decode_kind : RowKind::kCausal, left, right);
+    SPARSE_SWA_RETURN_IF_ERROR(check_window_blocks(b, t, tw));
+  }
+  return Status::Ok();
+}
+
+void CpuMetadataBuilder::write_rows(const BatchInput& b, int32_t first_token, int32_t num_rows,
+                                    RowKind kind, bool with_image, int32_t* rows, int32_t row_width,
+                                    int32_t* lens) const {
+  const int32_t block_size = config().block_size;
+  for (int32_t i = 0; i < num_rows; ++i) {
+    const int32_t t = first_token + i;
+    int32_t* row = rows + static_cast<int64_t>(i) * row_width;
+    if (!is_valid_[t]) {
+      lens[i] = 0;  // a padded token must not gather through stale indices
+      std::fill(row, row + row_width, -1);
+      continue;
+    }
+    const TokenWindow tw =
+        with_image ? token_window(b, t, token_to_req_[t], kind, left_visible_[t], right_visible_[t])
+                   : token_window(b, t, token_to_req_[t], kind, 0, 0);
+    const int32_t n = tw.window.size();
+    lens[i] = n;
+    const int32_t* bt_row = b.block_table.row(tw.request);
+    const int32_t valid = std::min(n, row_width);
+    for (int32_t j = 0; j < valid; ++j) {
+      row[j] = static_cast<int32_t>(formulas::slot_id(bt_row, block_size, tw.window.start + j));
+    }
+    std::fill(row + valid, row + row_width, -1);
+  }
+}
+
+Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
+  const BuilderConfig& c = config();
+  const DerivedConfig& d = derived();
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true));
+  const auto qsl_host = host_query_start_loc(b);
+  const auto seq_host = host_seq_lens(b);
+  const int32_t num_reqs = b.num_reqs();
+  const int32_t num_tokens = b.num_tokens();
+  const StepSplit split = split_decodes_and_prefills(qsl_host, num_tokens, d.decode_threshold);
+  SPARSE_SWA_RETURN_IF_ERROR(
+      build_span_csr(b.image_spans, b.seq_lens, c.max_image_tokens, &spans_));
+  const bool with_image =
+      c.max_image_tokens > 0 && split.num_prefill_tokens > 0 && spans_.count > 0;
+
+  SPARSE_SWA_RETURN_IF_ERROR(check_windows(b, split, with_image));
+
+  // Checks passed: from here on nothing fails.
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    token_to_req_[t] = formulas::token_request(b.query_start_loc.data(), num_reqs, t);
+    is_valid_[t] = b.slot_mapping[t] >= 0;
+  }
+  if (with_image) {
+    for (int32_t t = 0; t < num_tokens; ++t) {
+      left_visible_[t] = right_visible_[t] = 0;
+      if (t < split.num_decode_tokens) continue;
+      const int32_t r = token_to_req_[t];
+      const int32_t qs = b.query_start_loc[r];
+      const int32_t pos = b.seq_lens[r] - (b.query_start_loc[r + 1] - qs) + (t - qs);
+      formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
+                                 spans_.indptr[r + 1], c.max_image_tokens, &left_visible_[t],
+                                 &right_visible_[t]);
+    }
+  }
+
+  SwaMetadata md;
+  md.space = MemorySpace::kHost;
+  md.causal = b.causal;
+  md.num_reqs = num_reqs;
+  md.num_tokens = num_tokens;
+  md.num_decodes = split.num_decodes;
+  md.num_prefills = split.num_prefills;
+  md.num_decode_tokens = split.num_decode_tokens;
+  md.num_prefill_tokens = split.num_prefill_tokens;
+  md.max_decode_query_len = std::min(split.max_query_len, d.decode_threshold);
+  md.token_to_req_indices = {token_to_req_.data(), static_cast<size_t>(num_tokens)};
+  md.is_valid_token = {is_valid_.data(), static_cast<size_t>(num_tokens)};
+  md.window_size = c.window_size;
+  md.max_model_len = c.max_model_len;
+  md.max_num_batched_tokens = c.max_num_batched_tokens;
+
+  const int32_t td = split.num_decode_tokens;
+  const bool noncausal = !b.causal;
+  int32_t* decode_rows = noncausal ? decode_rows_noncausal_.data() : decode_rows_.data();
+  const int32_t decode_width = noncausal ? d.noncausal_index_width : c.window_size;
+  if (td > 0) {
+    std::fill(decode_lens_.begin() + td, decode_lens_.end(), 0);
+    write_rows(b, 0, td, noncausal ? RowKind::kNonCausal : RowKind::kCausal, false, decode_rows,
+               decode_width, decode_lens_.data());
+  }
+  md.decode_swa = {decode_rows,   decode_lens_.data(), td, decode_width, decode_width,
+                   c.window_size, MemorySpace::kHost};
+
+  const int32_t tp = split.num_prefill_tokens;
+  if (tp > 0) {
+    write_rows(b, td, tp, RowKind::kCausal, with_image, prefill_rows_.data(), d.prefill_index_width,
+               prefill_lens_.data());
+  }
+  md.prefill_swa = {prefill_rows_.data(),  prefill_lens_.data(),  tp,
+                    d.prefill_index_width, d.prefill_index_width, c.window_size,
+                    MemorySpace::kHost};
+  if (with_image) {
+    md.left_visible = {left_visible_.data(), static_cast<size_t>(num_tokens)};
+    md.right_visible = {right_visible_.data(), static_cast<size_t>(num_tokens)};
+  }
+
+  const int32_t rd = split.num_decodes, rp = split.num_prefills;
+  for (int32_t p = 0; p < rp; ++p) {
+    const int32_t r = rd + p;
+    const int32_t ql = b.query_start_loc[r + 1] - b.query_start_loc[r];
+    gather_lens_[p] = formulas::gather_len(ql, b.seq_lens[r] - ql, c.window_size);
+    prefill_seq_lens_[p] = seq_host[r];
+    prefill_query_lens_[p] = qsl_host[r + 1] - qsl_host[r];
+  }
+  md.prefill_gather_lens = {gather_lens_.data(), static_cast<size_t>(rp)};
+  md.prefill_seq_lens_host = {prefill_seq_lens_.data(), static_cast<size_t>(rp)};
+  md.prefill_query_lens_host = {prefill_query_lens_.data(), static_cast<size_t>(rp)};
+  if (td > 0) md.tile_schedulers = d.layer_types;
+  *out = md;
+  return Status::Ok();
+}
+
+Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
+  const BuilderConfig& c = config();
+  if (md == nullptr)
+    return invalid_argument("metadata: expected the last build's metadata, got null");
+  const bool ours =
+      md->decode_swa.data == decode_rows_.data() ||
+      (!decode_rows_noncausal_.empty() && md->decode_swa.data == decode_rows_noncausal_.data());
+  if (!ours || md->space != MemorySpace::kHost) {
+    return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
+  }
+  if (b.num_reqs() != md->num_reqs || b.num_tokens() != md->num_tokens) {
+    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
+                            " requests, ", md->num_tokens, " tokens), got ", b.num_reqs(),
+                            " requests, ", b.num_tokens(), " tokens");
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, derived(), b, /*arrays_on_host=*/true));
+  const int32_t td = md->num_decode_tokens;
+  if (td == 0) return Status::Ok();
+  for (int32_t t = 0; t < td; ++t) {
+    if (!is_valid_[t]) continue;
+    const TokenWindow tw = token_window(b, t, token_to_req_[t], RowKind::kCausal, 0, 0);
+    SPARSE_SWA_RETURN_IF_ERROR(check_window_blocks(b, t, tw));
+  }
+  // The logical window W, whatever the row width (the reference passes the width: B6).
+  int32_t* rows = const_cast<int32_t*>(md->decode_swa.data);
+  write_rows(b, 0, td, RowKind::kCausal, false, rows, md->decode_swa.width, decode_lens_.data());
+  md->tile_schedulers = derived().layer_types;
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail
