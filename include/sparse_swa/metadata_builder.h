@@ -40,6 +40,14 @@ class MetadataBuilder {
   // with the logical window W, never the row width. Token mapping and validity are kept.
   virtual Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md) = 0;
 
+  // CUDA backend: the device arrays cannot be read on the host without a sync, so build()
+  // checks the host copies and the kernel re-checks each row against the device arrays. A row
+  // whose device inputs disagree (seq_len below its query length, a block outside the table,
+  // a negative block id, an int32 slot overflow, a padding token with a real slot) is written
+  // as invalid (lens 0, all -1) and recorded. This call synchronises the builder's stream and
+  // returns (and clears) that record. The CPU backend checks everything in build(): always Ok.
+  virtual Status take_device_error() { return Status::Ok(); }
+
  protected:
   MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
       : config_(config), derived_(derived) {}

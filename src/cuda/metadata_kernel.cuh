@@ -1,0 +1,69 @@
+// The one per-step kernel of the CUDA metadata builder: every per-token output in one launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sparse_swa::detail {
+
+// Bits of the device error word (see MetadataBuilder::take_device_error).
+enum DeviceErrorBits : uint32_t {
+  kDeviceErrorWindow = 1u << 0,      // a window outside [0, seq_len) or wider than its row
+  kDeviceErrorBlockTable = 1u << 1,  // a block index past the table, or a negative block id
+  kDeviceErrorSlotOverflow = 1u << 2,
+  kDeviceErrorPaddingSlot = 1u << 3,  // a padding token (past query_start_loc[R]) with a slot
+  kDeviceErrorSlotValue = 1u << 4,    // a slot_mapping value < -1
+};
+
+struct MetadataKernelParams {
+  // Inputs, device memory.
+  const int32_t* query_start_loc;  // [num_reqs + 1]
+  const int32_t* seq_lens;         // [num_reqs]
+  const int32_t* block_table;      // [>= num_reqs, block_table_stride]
+  int64_t block_table_stride;
+  int32_t block_table_cols;
+  const int64_t* slot_mapping;  // [num_tokens], -1 = padding
+  // Image spans, packed: indptr [num_reqs + 1] | starts [num_spans] | ends [num_spans].
+  const int32_t* spans;
+  int32_t num_spans;
+
+  int32_t num_reqs;
+  int32_t num_tokens;
+  int32_t num_decode_tokens;
+  int32_t num_decodes;
+  int32_t num_prefills;
+  int32_t window;
+  int32_t block_size;
+  int32_t max_image_tokens;
+  bool noncausal;   // decode rows are DSpark non-causal rows
+  bool with_image;  // prefill rows are widened by in-image visibility
+  // update_draft_decode_rows: only the first num_decode_tokens causal rows, reading the
+  // mapping and validity of the last build.
+  bool update_only;
+
+  // Outputs, device memory (persistent buffers).
+  int32_t* token_to_req;  // [num_tokens]
+  uint8_t* is_valid;      // [num_tokens]
+  int32_t* decode_rows;   // [num_decode_tokens, decode_width]
+  int32_t decode_width;
+  int32_t* decode_lens;  // [lens_capacity]; [num_decode_tokens, capacity) zeroed when Td > 0
+  int32_t lens_capacity;
+  int32_t* prefill_rows;  // [num_tokens - num_decode_tokens, prefill_width]
+  int32_t prefill_width;
+  int32_t* prefill_lens;   // [num_tokens - num_decode_tokens]
+  int32_t* left_visible;   // [num_tokens] (with_image)
+  int32_t* right_visible;  // [num_tokens] (with_image)
+  int32_t* gather_lens;    // [num_prefills]
+  uint32_t* error_word;    // DeviceErrorBits, OR-ed
+};
+
+// Grid size for the launch: enough warps for one row each (capped), plus enough threads for
+// the lens tail and gather lens.
+int metadata_kernel_blocks(const MetadataKernelParams& p, int num_sms);
+inline constexpr int kMetadataKernelThreads = 256;
+
+// Enqueues the kernel on `stream`; returns the launch error, if any.
+cudaError_t launch_metadata_kernel(const MetadataKernelParams& p, int num_sms, cudaStream_t stream);
+
+}  // namespace sparse_swa::detail
