@@ -1,0 +1,128 @@
+#include "sparse_swa/device_copies.h"
+
+#include <cstring>
+
+namespace sparse_swa {
+
+namespace detail {
+// Implemented in src/cuda/device_memory.cc in CUDA builds; errors otherwise.
+Status device_alloc(void** ptr, size_t bytes);
+void device_free(void* ptr);
+Status copy_host_to_device(void* dst, const void* src, size_t bytes);
+Status copy_device_to_host(void* dst, const void* src, size_t bytes);
+}  // namespace detail
+
+namespace {
+
+Status copy_to_host(void* dst, const void* src, size_t bytes, MemorySpace space) {
+  if (bytes == 0) return Status::Ok();
+  if (space == MemorySpace::kHost) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  return detail::copy_device_to_host(dst, src, bytes);
+}
+
+template <typename T>
+Status copy_span(std::span<const T> src, MemorySpace space, std::vector<T>* dst,
+                 std::span<const T>* view) {
+  dst->resize(src.size());
+  SPARSE_SWA_RETURN_IF_ERROR(copy_to_host(dst->data(), src.data(), src.size_bytes(), space));
+  *view = {dst->data(), dst->size()};
+  return Status::Ok();
+}
+
+Status copy_view(const ConstIndexView& src, std::vector<int32_t>* rows, std::vector<int32_t>* lens,
+                 ConstIndexView* view) {
+  rows->resize(static_cast<size_t>(src.rows * src.width));
+  lens->resize(static_cast<size_t>(src.rows));
+  for (int64_t i = 0; i < src.rows && src.width > 0; ++i) {
+    // Row by row: the source stride may exceed the width.
+    SPARSE_SWA_RETURN_IF_ERROR(copy_to_host(rows->data() + i * src.width, src.row(i),
+                                            sizeof(int32_t) * src.width, src.space));
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_to_host(lens->data(), src.lens, sizeof(int32_t) * lens->size(), src.space));
+  *view = src;
+  view->data = rows->data();
+  view->lens = lens->data();
+  view->row_stride = src.width;
+  view->space = MemorySpace::kHost;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& host) {
+  std::unique_ptr<DeviceBatch> d(new DeviceBatch());
+  d->host_query_start_loc_.assign(host.query_start_loc.begin(), host.query_start_loc.end());
+  d->host_seq_lens_.assign(host.seq_lens.begin(), host.seq_lens.end());
+  d->spans_.assign(host.image_spans.begin(), host.image_spans.end());
+  const auto& bt = host.block_table;
+  const size_t qsl_bytes = host.query_start_loc.size_bytes();
+  const size_t seq_bytes = host.seq_lens.size_bytes();
+  const size_t bt_bytes = static_cast<size_t>(bt.rows * bt.stride) * sizeof(int32_t);
+  const size_t slot_bytes = host.slot_mapping.size_bytes();
+  // 8-byte aligned sections: slot_mapping is int64.
+  auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
+  const size_t off_seq = align8(qsl_bytes), off_bt = off_seq + align8(seq_bytes),
+               off_slot = off_bt + align8(bt_bytes), total = off_slot + align8(slot_bytes) + 8;
+  SPARSE_SWA_RETURN_IF_ERROR(detail::device_alloc(&d->device_, total));
+  auto* base = static_cast<char*>(d->device_);
+  if (qsl_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        detail::copy_host_to_device(base, host.query_start_loc.data(), qsl_bytes));
+  }
+  if (seq_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        detail::copy_host_to_device(base + off_seq, host.seq_lens.data(), seq_bytes));
+  }
+  if (bt_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(detail::copy_host_to_device(base + off_bt, bt.data, bt_bytes));
+  }
+  if (slot_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        detail::copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
+  }
+  BatchInput& in = d->input_;
+  in = host;
+  in.query_start_loc = {reinterpret_cast<const int32_t*>(base), host.query_start_loc.size()};
+  in.seq_lens = {reinterpret_cast<const int32_t*>(base + off_seq), host.seq_lens.size()};
+  in.block_table.data = reinterpret_cast<const int32_t*>(base + off_bt);
+  in.block_table.space = MemorySpace::kDevice;
+  in.slot_mapping = {reinterpret_cast<const int64_t*>(base + off_slot), host.slot_mapping.size()};
+  in.query_start_loc_host = d->host_query_start_loc_;
+  in.seq_lens_host = d->host_seq_lens_;
+  in.image_spans = d->spans_;
+  return d;
+}
+
+DeviceBatch::~DeviceBatch() {
+  if (device_ != nullptr) detail::device_free(device_);
+}
+
+StatusOr<std::unique_ptr<HostMetadata>> copy_metadata_to_host(const SwaMetadata& md) {
+  auto h = std::make_unique<HostMetadata>();
+  h->md = md;
+  const MemorySpace s = md.space;
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_span(md.token_to_req_indices, s, &h->token_to_req, &h->md.token_to_req_indices));
+  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.is_valid_token, s, &h->is_valid, &h->md.is_valid_token));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_view(md.decode_swa, &h->decode_rows, &h->decode_lens, &h->md.decode_swa));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_view(md.prefill_swa, &h->prefill_rows, &h->prefill_lens, &h->md.prefill_swa));
+  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.left_visible, s, &h->left_visible, &h->md.left_visible));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_span(md.right_visible, s, &h->right_visible, &h->md.right_visible));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      copy_span(md.prefill_gather_lens, s, &h->gather_lens, &h->md.prefill_gather_lens));
+  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.prefill_seq_lens_host, MemorySpace::kHost,
+                                       &h->prefill_seq_lens, &h->md.prefill_seq_lens_host));
+  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.prefill_query_lens_host, MemorySpace::kHost,
+                                       &h->prefill_query_lens, &h->md.prefill_query_lens_host));
+  h->md.space = MemorySpace::kHost;
+  return h;
+}
+
+}  // namespace sparse_swa

@@ -1,0 +1,335 @@
+// CUDA metadata builder vs the CPU reference: bitwise equality on random batches of every mode,
+// CUDA-graph capture and replay after in-place updates, stale host splits, device-side checks.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_metadata_builder.h"
+#include "sparse_swa/metadata_builder.h"
+#include "support/metadata_snapshot.h"
+#include "support/random_batch.h"
+#include "support/test_batch.h"
+
+namespace sparse_swa {
+namespace {
+
+using testing::first_difference;
+using testing::MetadataSnapshot;
+using testing::RandomBatch;
+using testing::TestBatch;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device"
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  ASSERT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+MetadataSnapshot device_snapshot(const SwaMetadata& md) {
+  return testing::snapshot(md, [](void* d, const void* s, size_t n) { copy_to_host(d, s, n); });
+}
+
+// Device copies of a TestBatch's arrays; input() points the BatchInput at them, with the
+// TestBatch's arrays as the host copies.
+class DeviceBatch {
+ public:
+  explicit DeviceBatch(const TestBatch& b) : host_(b) { upload(); }
+  ~DeviceBatch() {
+    for (void* p : {static_cast<void*>(qsl_), static_cast<void*>(seq_), static_cast<void*>(bt_),
+                    static_cast<void*>(slots_)}) {
+      cudaFree(p);
+    }
+  }
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+
+  // Re-uploads after the host TestBatch changed in place (same shape).
+  void upload() {
+    host_input_ = host_.input();
+    auto put = [](auto** dst, const auto* src, size_t n) {
+      using T = std::remove_pointer_t<std::remove_reference_t<decltype(*dst)>>;
+      const size_t bytes = std::max<size_t>(1, n) * sizeof(T);
+      if (*dst == nullptr) ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(dst), bytes), cudaSuccess);
+      if (n > 0)
+        ASSERT_EQ(cudaMemcpy(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    };
+    const auto& bt = host_input_.block_table;
+    put(&qsl_, host_input_.query_start_loc.data(), host_input_.query_start_loc.size());
+    put(&seq_, host_input_.seq_lens.data(), host_input_.seq_lens.size());
+    put(&bt_, bt.data, static_cast<size_t>(bt.rows * bt.stride));
+    put(&slots_, host_input_.slot_mapping.data(), host_input_.slot_mapping.size());
+  }
+
+  BatchInput input() const {
+    BatchInput in = host_input_;
+    in.query_start_loc = {qsl_, host_input_.query_start_loc.size()};
+    in.seq_lens = {seq_, host_input_.seq_lens.size()};
+    in.block_table.data = bt_;
+    in.block_table.space = MemorySpace::kDevice;
+    in.slot_mapping = {slots_, host_input_.slot_mapping.size()};
+    in.query_start_loc_host = host_input_.query_start_loc;
+    in.seq_lens_host = host_input_.seq_lens;
+    return in;
+  }
+  int32_t* device_qsl() { return qsl_; }
+  int32_t* device_seq_lens() { return seq_; }
+
+ private:
+  const TestBatch& host_;
+  BatchInput host_input_;
+  int32_t* qsl_ = nullptr;
+  int32_t* seq_ = nullptr;
+  int32_t* bt_ = nullptr;
+  int64_t* slots_ = nullptr;
+};
+
+std::unique_ptr<MetadataBuilder> make(const BuilderConfig& c, Backend backend,
+                                      cudaStream_t stream = nullptr) {
+  auto b = MetadataBuilder::create(c, backend, stream);
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  return b.ok() ? std::move(b).value() : nullptr;
+}
+
+// Decode lens past Td are part of the contract (zeroed for graph replays that read past Td).
+std::vector<int32_t> lens_tail(const SwaMetadata& md, int32_t capacity, bool device) {
+  const int32_t td = md.num_decode_tokens;
+  std::vector<int32_t> tail(capacity - td);
+  if (tail.empty()) return tail;
+  const int32_t* src = md.decode_swa.lens + td;
+  if (device) {
+    copy_to_host(tail.data(), src, tail.size() * sizeof(int32_t));
+  } else {
+    std::memcpy(tail.data(), src, tail.size() * sizeof(int32_t));
+  }
+  return tail;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+
+TEST(CudaBuilder, MatchesCpuBitwiseOnRandomBatches) {
+  SKIP_WITHOUT_GPU();
+  const int cases = env_int("SPARSE_SWA_DIFF_CASES", 10000);
+  RandomBatch gen(20261129);
+  int compared_rows = 0;
+  for (int i = 0; i < cases; ++i) {
+    testing::RandomCase c = gen.next();
+    SCOPED_TRACE(c.describe());
+    auto cpu = make(c.config, Backend::kCpu);
+    auto gpu = make(c.config, Backend::kCuda);
+    ASSERT_TRUE(cpu && gpu);
+    ASSERT_TRUE(detail::poison_cuda_builder_outputs(gpu.get(), 0xab).ok());
+    DeviceBatch dev(c.batch);
+    SwaMetadata md_cpu, md_gpu;
+    ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
+    const Status st = gpu->build(dev.input(), &md_gpu);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const Status device_error = gpu->take_device_error();
+    ASSERT_TRUE(device_error.ok()) << device_error.to_string();
+    const MetadataSnapshot a = testing::snapshot(md_cpu), b = device_snapshot(md_gpu);
+    ASSERT_EQ(first_difference(a, b), "");
+    if (md_cpu.num_decode_tokens > 0) {
+      ASSERT_EQ(lens_tail(md_cpu, c.config.max_num_batched_tokens, false),
+                lens_tail(md_gpu, c.config.max_num_batched_tokens, true));
+    }
+    compared_rows += md_cpu.num_tokens;
+  }
+  std::printf("compared %d batches, %d rows\n", cases, compared_rows);
+}
+
+// Advances every decode request by one token in place (the drafting loop): seq_len + 1, the
+// new position's page valid, its slot in slot_mapping. The query split is unchanged.
+void advance_decodes(TestBatch* b, int32_t num_decodes) {
+  for (int32_t r = 0; r < num_decodes; ++r) {
+    b->seq_lens[r] += 1;
+    const int32_t needed = (b->seq_lens[r] + b->block_size() - 1) / b->block_size();
+    while (static_cast<int32_t>(b->pages[r].size()) < needed) b->pages[r].push_back(1000 + r);
+    for (int32_t t = b->query_start_loc[r]; t < b->query_start_loc[r + 1]; ++t) {
+      if (b->slot_mapping[t] >= 0) {
+        b->slot_mapping[t] = b->slot(r, b->prefix_len(r) + (t - b->query_start_loc[r]));
+      }
+    }
+  }
+  b->min_block_table_cols = std::max(b->min_block_table_cols, b->block_table_cols());
+}
+
+TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RandomBatch gen(7);
+  for (testing::BatchMode mode : {testing::BatchMode::kMtp, testing::BatchMode::kDsparkNonCausal,
+                                  testing::BatchMode::kImage, testing::BatchMode::kMixed}) {
+    for (int rep = 0; rep < 5; ++rep) {
+      testing::RandomCase c = gen.next(mode);
+      SCOPED_TRACE(c.describe());
+      c.config.max_num_batched_tokens += 8;
+      c.config.max_model_len += 64;
+      // Leave room in the table for the advanced positions; fixed shape across replays.
+      c.batch.min_block_table_cols = c.batch.block_table_cols() + 4;
+      auto gpu = make(c.config, Backend::kCuda, stream);
+      auto cpu = make(c.config, Backend::kCpu);
+      ASSERT_TRUE(gpu && cpu);
+      DeviceBatch dev(c.batch);
+      SwaMetadata md_gpu;
+      cudaGraph_t graph;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const Status st = gpu->build(dev.input(), &md_gpu);
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      cudaGraphExec_t exec;
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      SwaMetadata md_cpu;
+      ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
+      for (int step = 0; step < 3; ++step) {
+        // Draft step: the same shape, seq_lens / block_table / slot_mapping updated in place.
+        advance_decodes(&c.batch, md_cpu.num_decodes);
+        dev.upload();
+        ASSERT_TRUE(detail::poison_cuda_builder_outputs(gpu.get(), 0xcd).ok());
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        ASSERT_TRUE(gpu->take_device_error().ok());
+        ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
+        MetadataSnapshot a = testing::snapshot(md_cpu), b = device_snapshot(md_gpu);
+        // Host planning fields were fixed at capture time.
+        b.prefill_seq_lens_host = a.prefill_seq_lens_host;
+        ASSERT_EQ(first_difference(a, b), "") << "step " << step;
+      }
+      CUDA_OK(cudaGraphExecDestroy(exec));
+      CUDA_OK(cudaGraphDestroy(graph));
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RandomBatch gen(11);
+  for (int rep = 0; rep < 20; ++rep) {
+    testing::RandomCase c =
+        gen.next(rep % 2 ? testing::BatchMode::kDsparkNonCausal : testing::BatchMode::kMtp);
+    SCOPED_TRACE(c.describe());
+    c.config.max_model_len += 64;
+    c.batch.min_block_table_cols = c.batch.block_table_cols() + 4;
+    auto gpu = make(c.config, Backend::kCuda, stream);
+    auto cpu = make(c.config, Backend::kCpu);
+    ASSERT_TRUE(gpu && cpu);
+    DeviceBatch dev(c.batch);
+    SwaMetadata md_gpu, md_cpu;
+    ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+    ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const Status st = gpu->update_draft_decode_rows(dev.input(), &md_gpu);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int step = 0; step < 3; ++step) {
+      advance_decodes(&c.batch, md_cpu.num_decodes);
+      dev.upload();
+      CUDA_OK(cudaGraphLaunch(exec, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      ASSERT_TRUE(cpu->update_draft_decode_rows(c.batch.input(), &md_cpu).ok());
+      ASSERT_EQ(first_difference(testing::snapshot(md_cpu), device_snapshot(md_gpu)), "")
+          << "step " << step;
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
+  SKIP_WITHOUT_GPU();
+  // Adaptive verification (B15): the host copy has the right total only.
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 64;
+  c.max_num_seqs = 8;
+  c.max_model_len = 256;
+  c.num_speculative_tokens = 3;
+  c.speculative_method = SpeculativeMethod::kDspark;
+  c.parallel_drafting = true;
+  TestBatch b(4);
+  for (int32_t q : {1, 7, 3, 5}) b.add_identity_request(20 + q, q);
+  const std::vector<int32_t> stale_host_qsl = {0, 4, 8, 12, 16};
+  auto gpu = make(c, Backend::kCuda);
+  auto cpu = make(c, Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  DeviceBatch dev(b);
+  BatchInput in = dev.input();
+  in.query_start_loc_host = stale_host_qsl;
+  BatchInput host_in = b.input();
+  host_in.query_start_loc_host = stale_host_qsl;
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(in, &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(host_in, &md_cpu).ok());
+  const MetadataSnapshot a = testing::snapshot(md_cpu), g = device_snapshot(md_gpu);
+  EXPECT_EQ(first_difference(a, g), "");
+  EXPECT_EQ(g.token_to_req, (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3}));
+}
+
+TEST(CudaBuilder, DeviceInputsThatContradictTheHostCopiesAreReportedNotFaulted) {
+  SKIP_WITHOUT_GPU();
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  TestBatch b(4);
+  b.add_identity_request(12, 1).add_identity_request(9, 1);
+  auto gpu = make(c, Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  DeviceBatch dev(b);
+  // The device seq_len of request 1 says 4000: its window would run far past the block table.
+  const int32_t huge = 4000;
+  CUDA_OK(cudaMemcpy(dev.device_seq_lens() + 1, &huge, sizeof(huge), cudaMemcpyHostToDevice));
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  const Status st = gpu->take_device_error();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("block index past block_table"), std::string::npos) << st.message();
+  const MetadataSnapshot s = device_snapshot(md);
+  EXPECT_EQ(s.decode_lens, (std::vector<int32_t>{8, 0}));
+  EXPECT_EQ(std::vector<int32_t>(s.decode_rows.begin() + 8, s.decode_rows.end()),
+            std::vector<int32_t>(8, -1));
+  EXPECT_TRUE(gpu->take_device_error().ok()) << "the record is cleared once taken";
+}
+
+TEST(CudaBuilder, RequiresHostCopies) {
+  SKIP_WITHOUT_GPU();
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  TestBatch b(4);
+  b.add_identity_request(12, 1);
+  auto gpu = make(c, Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  DeviceBatch dev(b);
+  BatchInput in = dev.input();
+  in.query_start_loc_host = {};
+  in.seq_lens_host = {};
+  SwaMetadata md;
+  const Status st = gpu->build(in, &md);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("host copies"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace sparse_swa
