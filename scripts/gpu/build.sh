@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the binaries the GPU check runs (here, on the CPU machine; nvcc needs no GPU) and puts
+# them, stripped, into .gpu-bin/ (small enough for the device tool's 64 MiB carry limit), and
+# copies ../shared into .shared/. Both folders are ignored by git; carry both.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE_SWA_BENCH=OFF \
+  -DSPARSE_SWA_PYTHON=OFF -DSPARSE_SWA_TEST_DATA_DIR=tests/data >/dev/null
+cmake --build build-gpu -j "$(nproc)" --target sparse_swa_tests sparse-swa
+rm -rf .gpu-bin && mkdir .gpu-bin
+cp build-gpu/tests/sparse_swa_tests build-gpu/sparse-swa .gpu-bin/
+strip .gpu-bin/*
+rm -rf .shared && cp -r ../shared .shared && chmod -R u+w .shared
+du -sh .gpu-bin .shared

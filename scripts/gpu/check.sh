@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU check, run on the H200 machine from the repo root (through the device tool):
+#   scripts/gpu/check.sh [STAGES...]   stages: info tests sanitize refdiff bench (default: all)
+# Needs: .gpu-bin/ (scripts/gpu/build.sh, built on the CPU machine and carried) and .shared/ (a
+# copy of ../shared, carried). Writes one log per step and the JSON results to $OUT.
+set -uo pipefail
+B=${BIN:-.gpu-bin}
+OUT=${OUT:-/tmp/sparse_swa_out}
+mkdir -p "$OUT"
+stages=${*:-info tests sanitize refdiff bench}
+failed=()
+has() { [[ " $stages " == *" $1 "* ]]; }
+# step NAME CMD...: runs CMD with its output in $OUT/NAME.log, prints the log's tail.
+step() {
+  local name=$1
+  shift
+  echo "== $name: $*"
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n "${TAIL:-25}" "$OUT/$name.log"
+  echo "-- $name: exit $rc, $((SECONDS - t0)) s"
+  [[ $rc == 0 ]] || failed+=("$name")
+}
+
+if has info; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+fi
+if has tests; then
+  step gtest "$B/sparse_swa_tests" --gtest_brief=1
+fi
+if has sanitize; then
+  # Fewer random cases under the sanitizers: they run the same kernels far slower.
+  for tool in memcheck racecheck; do
+    TAIL=8 step "sanitize_$tool" env SPARSE_SWA_DIFF_CASES=200 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter='Cuda*' --gtest_brief=1
+  done
+fi
+if has refdiff; then
+  d=$(mktemp -d)
+  python3 scripts/gpu/random_batches.py --count "${REFDIFF_COUNT:-600}" --seed "${SEED:-1}" \
+    --out "$d"
+  files=("$d"/*.json)
+  examples=()
+  for f in tests/data/*.json; do [[ $f == *.expected.json ]] || examples+=("$f"); done
+  # The reference's own output on the shipped examples, then on the random batches.
+  python3 .shared/anchors/vllm_swa_builder.py run "${examples[@]}" >"$OUT/ref_examples.jsonl"
+  "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$OUT/ours_examples.jsonl"
+  TAIL=12 step refdiff_examples python3 scripts/gpu/compare_outputs.py "$OUT/ref_examples.jsonl" \
+    "$OUT/ours_examples.jsonl" "${examples[@]}"
+  t0=$SECONDS
+  python3 .shared/anchors/vllm_swa_builder.py run "${files[@]}" >"$d/ref.jsonl"
+  echo "reference run: $((SECONDS - t0)) s for ${#files[@]} batches"
+  "$B/sparse-swa" build --backend cuda "${files[@]/#/--input=}" >"$d/ours.jsonl"
+  TAIL=12 step refdiff python3 scripts/gpu/compare_outputs.py "$d/ref.jsonl" "$d/ours.jsonl" \
+    "${files[@]}"
+fi
+if has bench; then
+  step anchor_bench python3 .shared/anchors/vllm_swa_builder.py bench --json "$OUT/anchor_bench.json"
+  step ours_bench "$B/sparse-swa" bench --backend cuda --json "$OUT/ours_bench.json"
+fi
+echo "failed steps: ${failed[*]:-none}"
+[[ ${#failed[@]} == 0 ]]
