@@ -22,7 +22,8 @@ struct MatrixView {
   MemorySpace space = MemorySpace::kHost;
 
   T* row(int64_t i) const { return data + i * stride; }
-  operator MatrixView<const T>() const {  // NOLINT: adding const is always safe
+  operator MatrixView<const T>() const  // NOLINT: adding const is always safe
+      requires(!std::is_const_v<T>) {
     return {data, rows, cols, stride, space};
   }
 };
@@ -44,7 +45,8 @@ struct BasicIndexView {
   MemorySpace space = MemorySpace::kHost;
 
   T* row(int64_t i) const { return data + i * row_stride; }
-  operator BasicIndexView<const T>() const {  // NOLINT: adding const is always safe
+  operator BasicIndexView<const T>() const  // NOLINT: adding const is always safe
+      requires(!std::is_const_v<T>) {
     return {data, lens, rows, width, row_stride, window, space};
   }
 };
