@@ -1,0 +1,42 @@
+"""sparse_swa: DeepSeek-V4 sparse sliding-window attention (SWA) metadata over a paged KV cache.
+
+A thin binding of the C++/CUDA library, a drop-in for vLLM's DeepseekSparseSWAMetadataBuilder::
+
+    import numpy as np, sparse_swa
+    builder = sparse_swa.MetadataBuilder({"window_size": 8, "block_size": 4,
+                                          "max_num_batched_tokens": 64, "max_num_seqs": 8,
+                                          "max_model_len": 64})
+    md = builder.build(query_start_loc, seq_lens, block_table, slot_mapping)
+    md.decode_swa_indices  # [num_decode_tokens, 1, decode_swa_width] int32, -1 = empty
+
+Arrays go in through DLPack without copies (numpy, torch, cupy, jax): int32 query_start_loc,
+seq_lens and block_table, int64 slot_mapping, all on one device. Host arrays run the CPU
+backend; CUDA arrays run the CUDA backend and also need host copies query_start_loc_cpu and
+seq_lens_cpu. Results come back in the inputs' framework and device.
+
+Lifetime: the metadata's arrays alias the builder's persistent buffers (fixed addresses, as CUDA
+graphs need). They are valid until the builder's next build(), which overwrites them in place;
+they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone.
+
+Errors: invalid input raises ValueError (the message names the field, the expected and the
+actual value), an unsupported combination NotImplementedError, anything else (no CUDA backend,
+a CUDA error) RuntimeError.
+"""
+
+from ._sparse_swa import (
+    BuilderConfig,
+    MetadataBuilder,
+    SwaMetadata,
+    __version__,
+    cuda_available,
+    has_cuda_backend,
+)
+
+__all__ = [
+    "BuilderConfig",
+    "MetadataBuilder",
+    "SwaMetadata",
+    "__version__",
+    "cuda_available",
+    "has_cuda_backend",
+]

@@ -1,0 +1,141 @@
+"""Type stubs for sparse_swa (see __init__.py for the array and lifetime rules)."""
+
+from typing import Any, Callable, Mapping, Sequence
+
+__version__: str
+has_cuda_backend: bool
+
+def cuda_available() -> bool:
+    """True when this build has the CUDA backend and a CUDA device is usable."""
+
+class BuilderConfig:
+    """Builder configuration with the JSON config's field names; validated by MetadataBuilder."""
+
+    window_size: int
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    num_speculative_tokens: int
+    speculative_method: str  # "none" | "mtp" | "dspark"
+    parallel_drafting: bool
+    max_image_tokens: int
+    compress_ratios: list[int]  # each in {1, 2, 4, 128}; empty means [1]
+    def __init__(self) -> None: ...
+    @staticmethod
+    def from_dict(config: Mapping[str, Any]) -> BuilderConfig: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+# Any DLPack producer: numpy.ndarray, torch.Tensor, cupy.ndarray, jax.Array.
+Array = Any
+ChunkPlan = list[tuple[int, int, int, int]]
+ImageSpans = Mapping[int, Sequence[tuple[int, int]]]
+
+class SwaMetadata:
+    """One step's metadata; arrays alias the builder's buffers until its next build()."""
+
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    num_reqs: int
+    num_tokens: int
+    max_decode_query_len: int
+    decode_swa_width: int
+    causal: bool
+    block_size: int
+    backend: str | None  # "cpu" | "cuda"; None for a copy()
+    is_current: bool
+    decode_swa_indices: Array  # [num_decode_tokens, 1, decode_swa_width] int32, -1 = empty
+    decode_swa_lens: Array  # [num_decode_tokens] int32
+    prefill_swa_indices: Array | None  # [num_prefill_tokens, 1, W + max_image_tokens] int32
+    prefill_swa_lens: Array | None  # [num_prefill_tokens] int32
+    prefill_left_visible: Array | None  # [num_tokens] int32 (image path only)
+    prefill_right_visible: Array | None  # [num_tokens] int32 (image path only)
+    prefill_gather_lens: Array | None  # [num_prefills] int32
+    prefill_seq_lens_cpu: Array | None  # [num_prefills] int32, host
+    prefill_query_lens_cpu: Array | None  # [num_prefills] int32, host
+    prefill_seq_lens: Array | None  # seq_lens[num_decodes:]
+    prefill_window_size: int
+    prefill_max_model_len: int
+    prefill_max_num_batched_tokens: int
+    token_to_req_indices: Array  # [num_tokens] int32
+    is_valid_token: Array  # [num_tokens] bool
+    query_start_loc: Array
+    query_start_loc_cpu: Array | None
+    seq_lens: Array
+    seq_lens_cpu: Array | None
+    block_table: Array
+    slot_mapping: Array
+    tile_schedulers: list[str]
+    tile_sched_swaonly: Any | None
+    tile_sched_c4a: Any | None
+    tile_sched_c128a: Any | None
+    tile_sched_c1a: Any | None
+    tile_sched_c2a: Any | None
+    flashinfer_sparse_index_cache: dict[Any, Any]
+    def get_prefill_chunk_plan(
+        self,
+        compress_ratio: int,
+        prefill_chunk_size: int,
+        has_compressed: bool | None = None,
+    ) -> ChunkPlan:
+        """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size."""
+    def copy(self) -> SwaMetadata:
+        """A snapshot with owned array copies; later builds leave it alone."""
+
+class MetadataBuilder:
+    """The per-step SWA metadata builder (CPU backend for host arrays, CUDA for device)."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | BuilderConfig,
+        *,
+        device: str | None = None,
+        cuda_stream: int = 0,
+        tile_sched_factory: Callable[[], Any] | None = None,
+    ) -> None: ...
+    def build(
+        self,
+        query_start_loc: Array,
+        seq_lens: Array,
+        block_table: Array,
+        slot_mapping: Array,
+        causal: bool = True,
+        image_spans: ImageSpans | None = None,
+        query_start_loc_cpu: Array | None = None,
+        seq_lens_cpu: Array | None = None,
+    ) -> SwaMetadata: ...
+    def update_draft_decode_metadata(
+        self,
+        metadata: SwaMetadata,
+        *,
+        seq_lens: Array | None = None,
+        block_table: Array | None = None,
+        query_start_loc_cpu: Array | None = None,
+        seq_lens_cpu: Array | None = None,
+    ) -> None: ...
+    def update_draft_decode_rows(
+        self,
+        metadata: SwaMetadata,
+        query_start_loc: Array,
+        seq_lens: Array,
+        block_table: Array,
+        slot_mapping: Array,
+        query_start_loc_cpu: Array | None = None,
+        seq_lens_cpu: Array | None = None,
+    ) -> None: ...
+    @property
+    def config(self) -> BuilderConfig: ...
+    @property
+    def decode_threshold(self) -> int: ...
+    @property
+    def prefill_index_width(self) -> int: ...
+    @property
+    def noncausal_index_width(self) -> int: ...
+    @property
+    def layer_types(self) -> list[str]: ...
+    @property
+    def cuda_stream(self) -> int: ...
+    @property
+    def backends(self) -> list[str]: ...

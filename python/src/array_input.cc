@@ -1,0 +1,151 @@
+#include "array_input.h"
+
+#include "sparse_swa/status.h"
+#include "status_exceptions.h"
+
+namespace sparse_swa::python {
+
+namespace {
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  std::string base;
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int:
+      base = "int";
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      base = "uint";
+      break;
+    case nb::dlpack::dtype_code::Float:
+      base = "float";
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      base = "bfloat";
+      break;
+    case nb::dlpack::dtype_code::Complex:
+      base = "complex";
+      break;
+    case nb::dlpack::dtype_code::Bool:
+      return "bool";
+    default:
+      base = str_cat("dtype-code-", static_cast<int>(d.code), "-");
+  }
+  return str_cat(base, static_cast<int>(d.bits), d.lanes > 1 ? str_cat("x", d.lanes) : "");
+}
+
+template <typename T>
+void expect_dtype(const InputArray& a, std::string_view field) {
+  const nb::dlpack::dtype want = nb::dtype<T>();
+  if (a.dtype() != want) {
+    raise_value_error(str_cat(field, ": expected dtype ", dtype_name(want), ", got ",
+                              dtype_name(a.dtype()), " (arrays are taken without conversion)"));
+  }
+}
+
+void expect_ndim(const InputArray& a, std::string_view field, size_t ndim) {
+  if (a.ndim() != ndim) {
+    raise_value_error(str_cat(field, ": expected ", ndim, " dimension", ndim == 1 ? "" : "s",
+                              ", got ", a.ndim()));
+  }
+}
+
+template <typename T>
+const T* aligned_data(const InputArray& a, std::string_view field) {
+  const T* data = static_cast<const T*>(a.data());
+  if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
+    raise_value_error(str_cat(field, ": expected ", alignof(T), "-byte aligned data"));
+  }
+  return data;
+}
+
+template <typename T>
+std::span<const T> contiguous_vector(const InputArray& a, std::string_view field) {
+  expect_dtype<T>(a, field);
+  expect_ndim(a, field, 1);
+  const size_t n = a.shape(0);
+  if (n > 1 && a.stride(0) != 1) {
+    raise_value_error(
+        str_cat(field, ": expected a contiguous array (stride 1), got stride ", a.stride(0)));
+  }
+  return {n == 0 ? nullptr : aligned_data<T>(a, field), n};
+}
+
+}  // namespace
+
+Framework framework_of(nb::handle obj) {
+  nb::object module = nb::getattr(obj.type(), "__module__", nb::none());
+  if (!nb::isinstance<nb::str>(module)) return Framework::kDlpack;
+  const std::string_view name = nb::borrow<nb::str>(module).c_str();
+  auto is = [&](std::string_view pkg) {
+    return name.substr(0, pkg.size()) == pkg &&
+           (name.size() == pkg.size() || name[pkg.size()] == '.');
+  };
+  if (is("numpy")) return Framework::kNumpy;
+  if (is("torch")) return Framework::kTorch;
+  if (is("cupy")) return Framework::kCupy;
+  if (is("jax") || is("jaxlib")) return Framework::kJax;
+  return Framework::kDlpack;
+}
+
+std::string place_name(const Place& place) {
+  return place.device == Device::kCpu ? std::string("cpu") : str_cat("cuda:", place.device_id);
+}
+
+InputArray import_array(nb::handle obj, std::string_view field) {
+  InputArray a;
+  if (!nb::try_cast(obj, a, /*convert=*/false)) {
+    raise_value_error(str_cat(field,
+                              ": expected an array supporting DLPack or the buffer protocol "
+                              "(numpy, torch, cupy, jax), got ",
+                              nb::type_name(obj.type()).c_str()));
+  }
+  return a;
+}
+
+Place place_of(const InputArray& a, std::string_view field) {
+  if (a.device_type() == nb::device::cpu::value) return {Device::kCpu, 0};
+  if (a.device_type() == nb::device::cuda::value) return {Device::kCuda, a.device_id()};
+  raise_value_error(
+      str_cat(field, ": expected a cpu or cuda array, got DLPack device type ", a.device_type()));
+}
+
+void expect_place(const InputArray& a, std::string_view field, const Place& expected,
+                  std::string_view why) {
+  const Place actual = place_of(a, field);
+  if (!(actual == expected)) {
+    raise_value_error(str_cat(field, ": expected device ", place_name(expected), " ", why, ", got ",
+                              place_name(actual)));
+  }
+}
+
+std::span<const int32_t> int32_vector(const InputArray& a, std::string_view field) {
+  return contiguous_vector<int32_t>(a, field);
+}
+
+std::span<const int64_t> int64_vector(const InputArray& a, std::string_view field) {
+  return contiguous_vector<int64_t>(a, field);
+}
+
+MatrixView<const int32_t> int32_matrix(const InputArray& a, std::string_view field,
+                                       MemorySpace space) {
+  expect_dtype<int32_t>(a, field);
+  expect_ndim(a, field, 2);
+  const int64_t rows = static_cast<int64_t>(a.shape(0));
+  const int64_t cols = static_cast<int64_t>(a.shape(1));
+  if (rows > 0 && cols > 1 && a.stride(1) != 1) {
+    raise_value_error(
+        str_cat(field, ": expected rows with unit column stride, got stride ", a.stride(1)));
+  }
+  int64_t stride = a.stride(0);
+  if (rows <= 1) {
+    stride = cols;  // a single row's stride is never used; DLPack may report anything
+  } else if (stride < cols) {
+    raise_value_error(
+        str_cat(field, ": expected a row stride >= ", cols, " columns, got ", stride));
+  }
+  const int32_t* data = rows * cols == 0 ? nullptr : aligned_data<int32_t>(a, field);
+  if (rows > 0 && data == nullptr) data = static_cast<const int32_t*>(a.data());
+  return {data, rows, cols, stride, space};
+}
+
+}  // namespace sparse_swa::python

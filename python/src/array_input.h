@@ -1,0 +1,47 @@
+// Caller arrays in: any DLPack producer (numpy, torch, cupy, jax) is taken without a copy and
+// checked for dtype, rank, unit inner stride and device. Mismatches raise ValueError naming the
+// argument; shapes and values are the library's to check.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "sparse_swa/index_view.h"
+
+namespace sparse_swa::python {
+
+namespace nb = nanobind;
+using InputArray = nb::ndarray<nb::ro>;
+
+// The array library an object comes from; outputs are returned in the same one.
+enum class Framework { kNumpy, kTorch, kCupy, kJax, kDlpack };
+Framework framework_of(nb::handle obj);
+
+enum class Device { kCpu, kCuda };
+struct Place {
+  Device device = Device::kCpu;
+  int device_id = 0;
+  bool operator==(const Place&) const = default;
+};
+std::string place_name(const Place& place);  // "cpu", "cuda:1"
+
+// Imports `obj` through DLPack (or the buffer protocol). ValueError when it is not an array.
+InputArray import_array(nb::handle obj, std::string_view field);
+// The array's device: cpu or cuda; any other DLPack device raises ValueError.
+Place place_of(const InputArray& a, std::string_view field);
+// ValueError unless `a` lives at `expected`; `why` ends the message ("like query_start_loc").
+void expect_place(const InputArray& a, std::string_view field, const Place& expected,
+                  std::string_view why);
+
+// [n] contiguous vectors and [rows, cols] matrices with unit column stride.
+std::span<const int32_t> int32_vector(const InputArray& a, std::string_view field);
+std::span<const int64_t> int64_vector(const InputArray& a, std::string_view field);
+MatrixView<const int32_t> int32_matrix(const InputArray& a, std::string_view field,
+                                       MemorySpace space);
+
+}  // namespace sparse_swa::python

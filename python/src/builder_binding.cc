@@ -1,0 +1,261 @@
+#include "builder_binding.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch_arrays.h"
+#include "config_binding.h"
+#include "metadata_binding.h"
+#include "status_exceptions.h"
+
+namespace sparse_swa::python {
+
+namespace {
+
+class PyMetadataBuilder {
+ public:
+  PyMetadataBuilder(nb::handle config, nb::handle device, uintptr_t cuda_stream,
+                    nb::object tile_sched_factory)
+      : config_(config_from_object(config)),
+        cuda_stream_(reinterpret_cast<void*>(cuda_stream)),
+        tile_sched_factory_(std::move(tile_sched_factory)) {
+    throw_if_error(validate_config(config_));
+    derived_ = derive_config(config_);
+    if (!tile_sched_factory_.is_none() && !PyCallable_Check(tile_sched_factory_.ptr())) {
+      raise_value_error("tile_sched_factory: expected None or a callable");
+    }
+    if (device.is_none()) return;
+    const std::string name =
+        nb::isinstance<nb::str>(device) ? nb::borrow<nb::str>(device).c_str() : "";
+    if (name == "cpu") {
+      backend(Device::kCpu);
+    } else if (name == "cuda") {
+      backend(Device::kCuda);
+    } else {
+      raise_value_error(
+          str_cat("device: expected None, \"cpu\" or \"cuda\", got ", nb::repr(device).c_str()));
+    }
+  }
+
+  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans) {
+    const ImportedBatch batch = import_batch(objects);
+    BackendState& b = backend_at(batch.place);
+    spans_ = image_spans_from_python(image_spans);
+    BatchInput input = batch.input;
+    input.image_spans = spans_;
+
+    PyMetadata out;
+    throw_if_error(b.impl->build(input, &out.md));
+    out.generation = ++*b.generation;
+    out.backend_generation = b.generation;
+    out.builder = nb::borrow(self);
+    out.impl = b.impl.get();
+    out.block_size = config_.block_size;
+    out.place = batch.place;
+    out.device_framework = batch.device_framework;
+    out.host_framework = batch.host_framework;
+    out.inputs = std::move(objects);
+    refresh_tile_sched(out);
+    return out;
+  }
+
+  void update_draft(nb::handle self, PyMetadata& md, BatchObjects objects) {
+    if (md.impl == nullptr) {
+      raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
+    }
+    if (!md.builder.is(self)) {
+      raise_value_error("metadata: expected metadata built by this MetadataBuilder");
+    }
+    if (*md.backend_generation != md.generation) {
+      raise_value_error(str_cat("metadata: expected the metadata of this builder's last build() (",
+                                *md.backend_generation, " on ", backend_name(md.impl->backend()),
+                                "), got build ", md.generation));
+    }
+    objects.causal = md.md.causal;
+    const ImportedBatch batch = import_batch(objects);
+    if (!(batch.place == md.place)) {
+      raise_value_error(str_cat("query_start_loc: expected device ", place_name(md.place),
+                                " like the metadata's build, got ", place_name(batch.place)));
+    }
+    throw_if_error(md.impl->update_draft_decode_rows(batch.input, &md.md));
+    md.inputs = std::move(objects);
+    refresh_tile_sched(md);
+    md.flashinfer_sparse_index_cache.clear();
+  }
+
+  const BuilderConfig& config() const { return config_; }
+  const DerivedConfig& derived() const { return derived_; }
+  uintptr_t cuda_stream() const { return reinterpret_cast<uintptr_t>(cuda_stream_); }
+  std::vector<std::string> backends() const {
+    std::vector<std::string> names;
+    if (cpu_.impl) names.emplace_back("cpu");
+    if (cuda_.impl) names.emplace_back("cuda");
+    return names;
+  }
+
+ private:
+  struct BackendState {
+    std::unique_ptr<MetadataBuilder> impl;
+    std::shared_ptr<uint64_t> generation = std::make_shared<uint64_t>(0);
+    int device_id = -1;  // CUDA: the device of the first build's arrays (-1: none yet)
+  };
+
+  BackendState& backend(Device device) {
+    BackendState& b = device == Device::kCpu ? cpu_ : cuda_;
+    if (!b.impl) {
+      auto created = MetadataBuilder::create(
+          config_, device == Device::kCpu ? sparse_swa::Backend::kCpu : sparse_swa::Backend::kCuda,
+          cuda_stream_);
+      throw_if_error(created.status());
+      b.impl = std::move(created).value();
+    }
+    return b;
+  }
+
+  BackendState& backend_at(const Place& place) {
+    BackendState& b = backend(place.device);
+    if (place.device == Device::kCuda) {
+      if (b.device_id < 0) b.device_id = place.device_id;
+      if (b.device_id != place.device_id) {
+        raise_value_error(str_cat("query_start_loc: expected device cuda:", b.device_id,
+                                  " (where this builder's CUDA buffers live), got ",
+                                  place_name(place)));
+      }
+    }
+    return b;
+  }
+
+  // Fresh holders per step, as the reference makes them: the factory's object (an engine passes
+  // its FlashMLA get_mla_metadata) or, without one, the layer type name.
+  void refresh_tile_sched(PyMetadata& md) const {
+    md.tile_sched.clear();
+    for (const std::string& name : md.md.tile_schedulers.sorted_names()) {
+      md.tile_sched[name.c_str()] =
+          tile_sched_factory_.is_none() ? nb::object(nb::str(name.c_str())) : tile_sched_factory_();
+    }
+  }
+
+  BuilderConfig config_;
+  DerivedConfig derived_;
+  void* cuda_stream_ = nullptr;
+  nb::object tile_sched_factory_;
+  BackendState cpu_, cuda_;
+  std::vector<ImageSpan> spans_;  // reused across builds
+};
+
+BatchObjects batch_objects(nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
+                           bool causal, nb::object qsl_cpu, nb::object seq_cpu) {
+  return {std::move(qsl),     std::move(seq),     std::move(bt), std::move(slots),
+          std::move(qsl_cpu), std::move(seq_cpu), causal};
+}
+
+nb::object or_default(nb::object given, const nb::object& fallback) {
+  return given.is_none() ? fallback : given;
+}
+
+}  // namespace
+
+void bind_builder(nb::module_& m) {
+  nb::class_<PyMetadataBuilder>(
+      m, "MetadataBuilder", nb::is_weak_referenceable(),
+      "The per-step SWA metadata builder (the reference DeepseekSparseSWAMetadataBuilder).\n\n"
+      "config: a dict with the JSON config's field names, or a BuilderConfig. ValueError\n"
+      "    naming the field when it is invalid.\n"
+      "device: None (create each backend at its first build), \"cpu\" or \"cuda\" (create that\n"
+      "    backend now, e.g. before CUDA graph capture; cuda uses the current CUDA device).\n"
+      "cuda_stream: the cudaStream_t (an int, e.g. torch.cuda.current_stream().cuda_stream)\n"
+      "    the CUDA backend runs on; 0 = the default stream.\n"
+      "tile_sched_factory: called once per present layer type per build for the\n"
+      "    tile_sched_* fields (e.g. lambda: get_mla_metadata()[0]); None puts the layer\n"
+      "    type name there instead.\n\n"
+      "Not thread-safe: one builder serves one engine thread.")
+      .def(
+          "__init__",
+          [](PyMetadataBuilder* self, nb::handle config, nb::handle device, uintptr_t cuda_stream,
+             nb::object factory) {
+            new (self) PyMetadataBuilder(config, device, cuda_stream, std::move(factory));
+          },
+          nb::arg("config"), nb::kw_only(), nb::arg("device") = nb::none(),
+          nb::arg("cuda_stream") = 0, nb::arg("tile_sched_factory") = nb::none())
+      .def(
+          "build",
+          [](nb::handle self, nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
+             bool causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu) {
+            PyMetadataBuilder& b = nb::cast<PyMetadataBuilder&>(self);
+            return b.build(self, batch_objects(qsl, seq, bt, slots, causal, qsl_cpu, seq_cpu),
+                           image_spans);
+          },
+          nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
+          nb::arg("block_table").none(), nb::arg("slot_mapping").none(), nb::arg("causal") = true,
+          nb::arg("image_spans") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
+          nb::arg("seq_lens_cpu") = nb::none(),
+          "Builds one step's metadata (decode requests first, as the scheduler orders them).\n\n"
+          "query_start_loc: [num_reqs + 1] int32, 0 first, non-decreasing.\n"
+          "seq_lens: [num_reqs] int32, context + query tokens after this step.\n"
+          "block_table: [>= num_reqs, max_blocks] int32 page ids, unit column stride.\n"
+          "slot_mapping: [num_tokens] int64 KV write slots, -1 = padding.\n"
+          "causal: False for DSpark non-causal draft rows.\n"
+          "image_spans: {request index: [(start, end), ...]} inclusive absolute positions.\n"
+          "query_start_loc_cpu, seq_lens_cpu: host int32 copies; required with cuda arrays.\n\n"
+          "Host arrays run the CPU backend, cuda arrays the CUDA backend (RuntimeError when\n"
+          "this build has none). Arrays are taken without copies: dtype, rank, layout and\n"
+          "device mismatches raise ValueError naming the argument, as do invalid values.\n"
+          "The result's arrays alias this builder's buffers until its next build().")
+      .def(
+          "update_draft_decode_metadata",
+          [](nb::handle self, PyMetadata& md, nb::object seq, nb::object bt, nb::object qsl_cpu,
+             nb::object seq_cpu) {
+            const BatchObjects& in = md.inputs;
+            BatchObjects objects = batch_objects(
+                in.query_start_loc, or_default(seq, in.seq_lens), or_default(bt, in.block_table),
+                in.slot_mapping, in.causal, or_default(qsl_cpu, in.query_start_loc_cpu),
+                or_default(seq_cpu, in.seq_lens_cpu));
+            nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects));
+          },
+          nb::arg("metadata"), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
+          nb::arg("block_table") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
+          nb::arg("seq_lens_cpu") = nb::none(),
+          "The reference's update_draft_decode_metadata: after the engine advanced seq_lens\n"
+          "(and possibly block_table) in place, recompute the metadata's decode rows as causal\n"
+          "rows of the logical window W (never the row width). Reads the arrays the metadata\n"
+          "was built from, or the ones given here (seq_lens_cpu is the host copy the CUDA\n"
+          "backend checks with). metadata must be this builder's last build().")
+      .def(
+          "update_draft_decode_rows",
+          [](nb::handle self, PyMetadata& md, nb::object qsl, nb::object seq, nb::object bt,
+             nb::object slots, nb::object qsl_cpu, nb::object seq_cpu) {
+            nb::cast<PyMetadataBuilder&>(self).update_draft(
+                self, md, batch_objects(qsl, seq, bt, slots, md.md.causal, qsl_cpu, seq_cpu));
+          },
+          nb::arg("metadata"), nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
+          nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
+          nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
+          "update_draft_decode_metadata with every batch array given explicitly.")
+      .def_prop_ro(
+          "config", [](const PyMetadataBuilder& b) { return b.config(); },
+          "A copy of the BuilderConfig.")
+      .def_prop_ro(
+          "decode_threshold",
+          [](const PyMetadataBuilder& b) { return b.derived().decode_threshold; },
+          "theta = 1 + (2 if parallel_drafting else 1) * k.")
+      .def_prop_ro(
+          "prefill_index_width",
+          [](const PyMetadataBuilder& b) { return b.derived().prefill_index_width; },
+          "W + max_image_tokens.")
+      .def_prop_ro(
+          "noncausal_index_width",
+          [](const PyMetadataBuilder& b) { return b.derived().noncausal_index_width; },
+          "DSpark non-causal row width (0 without DSpark).")
+      .def_prop_ro(
+          "layer_types",
+          [](const PyMetadataBuilder& b) { return b.derived().layer_types.sorted_names(); })
+      .def_prop_ro("cuda_stream", &PyMetadataBuilder::cuda_stream)
+      .def_prop_ro("backends", &PyMetadataBuilder::backends,
+                   "The backends created so far (\"cpu\", \"cuda\").");
+}
+
+}  // namespace sparse_swa::python

@@ -1,0 +1,136 @@
+#include "config_binding.h"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <string>
+
+#include "python_values.h"
+#include "status_exceptions.h"
+
+namespace sparse_swa::python {
+
+namespace {
+
+constexpr const char* kFieldNames =
+    "window_size, block_size, max_num_batched_tokens, max_num_seqs, max_model_len, "
+    "num_speculative_tokens, speculative_method, parallel_drafting, max_image_tokens, "
+    "compress_ratios";
+
+SpeculativeMethod to_method(nb::handle value) {
+  if (!nb::isinstance<nb::str>(value)) {
+    raise_value_error(
+        str_cat("config.speculative_method: expected a str, got ", type_name_of(value)));
+  }
+  auto method = parse_speculative_method(nb::borrow<nb::str>(value).c_str());
+  throw_if_error(method.status());
+  return method.value();
+}
+
+std::vector<int32_t> to_int32_list(nb::handle value, const std::string& field) {
+  if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) {
+    raise_value_error(str_cat(field, ": expected a list of ints, got ", type_name_of(value)));
+  }
+  std::vector<int32_t> out;
+  size_t i = 0;
+  for (nb::handle item : value)
+    out.push_back(int32_from_python(item, str_cat(field, "[", i++, "]")));
+  return out;
+}
+
+void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
+  const std::string field = "config." + name;
+  if (name == "window_size") {
+    c.window_size = int32_from_python(value, field);
+  } else if (name == "block_size") {
+    c.block_size = int32_from_python(value, field);
+  } else if (name == "max_num_batched_tokens") {
+    c.max_num_batched_tokens = int32_from_python(value, field);
+  } else if (name == "max_num_seqs") {
+    c.max_num_seqs = int32_from_python(value, field);
+  } else if (name == "max_model_len") {
+    c.max_model_len = int_from_python(value, field, INT64_MIN, INT64_MAX);
+  } else if (name == "num_speculative_tokens") {
+    c.num_speculative_tokens = int32_from_python(value, field);
+  } else if (name == "speculative_method") {
+    c.speculative_method = to_method(value);
+  } else if (name == "parallel_drafting") {
+    c.parallel_drafting = bool_from_python(value, field);
+  } else if (name == "max_image_tokens") {
+    c.max_image_tokens = int32_from_python(value, field);
+  } else if (name == "compress_ratios") {
+    c.compress_ratios = to_int32_list(value, field);
+  } else {
+    raise_value_error(
+        str_cat("config: unknown field \"", name, "\" (expected one of ", kFieldNames, ")"));
+  }
+}
+
+}  // namespace
+
+BuilderConfig config_from_object(nb::handle obj) {
+  if (nb::isinstance<BuilderConfig>(obj)) return nb::cast<BuilderConfig>(obj);
+  if (!nb::isinstance<nb::dict>(obj)) {
+    raise_value_error(
+        str_cat("config: expected a dict or sparse_swa.BuilderConfig, got ", type_name_of(obj)));
+  }
+  BuilderConfig config;
+  for (auto [key, value] : nb::borrow<nb::dict>(obj)) {
+    if (!nb::isinstance<nb::str>(key)) {
+      raise_value_error(str_cat("config: expected str keys, got ", nb::repr(key).c_str()));
+    }
+    set_field(config, nb::borrow<nb::str>(key).c_str(), value);
+  }
+  return config;
+}
+
+nb::dict config_to_dict(const BuilderConfig& c) {
+  nb::dict d;
+  d["window_size"] = c.window_size;
+  d["block_size"] = c.block_size;
+  d["max_num_batched_tokens"] = c.max_num_batched_tokens;
+  d["max_num_seqs"] = c.max_num_seqs;
+  d["max_model_len"] = c.max_model_len;
+  d["num_speculative_tokens"] = c.num_speculative_tokens;
+  d["speculative_method"] = speculative_method_name(c.speculative_method);
+  d["parallel_drafting"] = c.parallel_drafting;
+  d["max_image_tokens"] = c.max_image_tokens;
+  d["compress_ratios"] = nb::cast(c.compress_ratios);
+  return d;
+}
+
+void bind_config(nb::module_& m) {
+  nb::class_<BuilderConfig>(m, "BuilderConfig",
+                            "Builder configuration, with the JSON config's field names.\n\n"
+                            "Validated when a MetadataBuilder is made from it.")
+      .def(nb::init<>())
+      .def_static(
+          "from_dict", [](nb::dict d) { return config_from_object(d); }, nb::arg("config"),
+          "A BuilderConfig from a dict with the JSON config's field names.")
+      .def("to_dict", &config_to_dict, "The config as a dict with the JSON config's field names.")
+      .def_rw("window_size", &BuilderConfig::window_size, "W >= 1, the logical sliding window.")
+      .def_rw("block_size", &BuilderConfig::block_size, "B >= 1, tokens per SWA KV page.")
+      .def_rw("max_num_batched_tokens", &BuilderConfig::max_num_batched_tokens,
+              "Row capacity of every per-token buffer.")
+      .def_rw("max_num_seqs", &BuilderConfig::max_num_seqs, "Request capacity.")
+      .def_rw("max_model_len", &BuilderConfig::max_model_len)
+      .def_rw("num_speculative_tokens", &BuilderConfig::num_speculative_tokens, "k >= 0.")
+      .def_prop_rw(
+          "speculative_method",
+          [](const BuilderConfig& c) {
+            return std::string(speculative_method_name(c.speculative_method));
+          },
+          [](BuilderConfig& c, nb::handle v) { c.speculative_method = to_method(v); },
+          "\"none\", \"mtp\" or \"dspark\".")
+      .def_rw("parallel_drafting", &BuilderConfig::parallel_drafting)
+      .def_rw("max_image_tokens", &BuilderConfig::max_image_tokens,
+              "Mi >= 0; vision checkpoints widen prefill rows to W + Mi.")
+      .def_rw("compress_ratios", &BuilderConfig::compress_ratios,
+              "Each in {1, 2, 4, 128}; empty means [1].")
+      .def("__repr__", [](const BuilderConfig& c) {
+        return str_cat("BuilderConfig(", nb::repr(config_to_dict(c)).c_str(), ")");
+      });
+}
+
+}  // namespace sparse_swa::python

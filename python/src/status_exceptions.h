@@ -1,0 +1,19 @@
+// Library Status -> Python exception. The message is the library's, unchanged.
+#pragma once
+
+#include "sparse_swa/status.h"
+
+namespace sparse_swa::python {
+
+// INVALID_ARGUMENT -> ValueError, UNIMPLEMENTED -> NotImplementedError,
+// UNAVAILABLE / INTERNAL (anything else) -> RuntimeError. Throws nanobind::python_error.
+[[noreturn]] void raise_status(const Status& status);
+
+inline void throw_if_error(const Status& status) {
+  if (!status.ok()) raise_status(status);
+}
+
+// Raises ValueError(message): for bad arguments the binding itself detects (dtype, device, ...).
+[[noreturn]] void raise_value_error(const std::string& message);
+
+}  // namespace sparse_swa::python
