@@ -1,0 +1,72 @@
+// Sparse MLA attention over the SWA cache and an optional second (compressed) cache: the
+// computation the SWA metadata feeds, at any head count 1..128 and any index width.
+//
+// Per query token t and head h, the keys are the union of two index segments:
+//   SWA segment:   entries j < swa_indices.lens[t] of row t, slot ids into swa_cache
+//   extra segment: entries j < extra_indices.lens[t] of row t, slot ids into extra_cache
+// An entry is used only when it is inside its row's length and >= 0 (-1 holes inside the length
+// are skipped, so the mixed single-matrix form -- SWA section first, lens counting the whole
+// section -- is just a call without an extra segment). Entries past the length are never read.
+// With K_i the decoded 512-value key row (V = the same row):
+//   s_i = softmax_scale * <q[t,h], K_i>,  lse = ln(sum_i exp(s_i)),  out = sum_i exp(s_i - lse) K_i
+// A row with no valid key gets out = 0 and lse = +inf. With sinks: out *= 1 / (1 + exp(sink[h] -
+// lse)), lse unchanged (a row with no key stays 0).
+//
+// Index values >= 0 inside the length that address no slot (>= num_blocks * block_size):
+//   CPU backend: an error naming the segment, row and entry; nothing is written.
+//   CUDA backend: the entry is skipped (masked like -1) and counted in bad_index_count when
+//   given; the kernel never reads outside the cache.
+// The CPU backend accumulates in double and is the reference; the CUDA backend accumulates in
+// fp32, launches asynchronously on the stream, never synchronises and is graph-capturable.
+#pragma once
+
+#include <cstdint>
+
+#include "sparse_swa/index_view.h"
+#include "sparse_swa/kv_cache.h"
+#include "sparse_swa/metadata_builder.h"
+#include "sparse_swa/status.h"
+
+namespace sparse_swa {
+
+inline constexpr int32_t kMaxAttentionHeads = 128;
+inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.5
+
+struct SparseAttentionParams {
+  int64_t num_tokens = 0;  // T
+  int32_t num_heads = 0;   // H, 1..128
+
+  const uint16_t* q = nullptr;  // [T, H, 512] bf16 bits, contiguous
+
+  ConstKvCacheView swa_cache;  // the SWA cache
+  ConstIndexView swa_indices;  // [T, width] slot ids into swa_cache; lens [T]
+  // Optional second segment (compressed top-k), its own block size and page stride.
+  // extra_indices.rows == 0 means none; otherwise rows == T.
+  ConstKvCacheView extra_cache;
+  ConstIndexView extra_indices;  // [T, extra_width] slot ids into extra_cache; lens [T]
+
+  const float* sinks = nullptr;  // [H] fp32 per-head attention sink, or nullptr
+  float softmax_scale = kDefaultSoftmaxScale;
+
+  uint16_t* out = nullptr;  // [T, H, 512] bf16 bits
+  float* lse = nullptr;     // [T, H] fp32, natural log
+
+  // CUDA only, optional device int32 [1]: adds the number of masked out-of-range entries.
+  int32_t* bad_index_count = nullptr;
+};
+
+// Runs the attention on `backend`: every pointer and view must be in host memory for kCpu and in
+// device memory for kCuda. Shape, stride, head-count, dtype and memory-space problems are errors
+// before anything runs. cuda_stream is a cudaStream_t (nullptr = default stream).
+Status sparse_attention(const SparseAttentionParams& params, Backend backend,
+                        void* cuda_stream = nullptr);
+
+// The CPU reference without output rounding: out [T, H, 512] and lse [T, H] in double (host
+// memory; params.out and params.lse are ignored).
+Status sparse_attention_reference(const SparseAttentionParams& params, double* out, double* lse);
+
+// For tools: the CUDA backend on host-resident params (copies inputs to the device, runs, copies
+// out and lse back, synchronises). Not graph-capturable; unavailable without a CUDA build.
+Status sparse_attention_cuda_from_host(const SparseAttentionParams& host_params);
+
+}  // namespace sparse_swa

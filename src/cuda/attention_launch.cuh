@@ -1,0 +1,22 @@
+// Host entry points of the CUDA attention (src/cuda/attention.cu). Plain C++: included by the
+// dispatcher in src/cpu/attention_cpu.cc.
+#pragma once
+
+#include <string_view>
+
+#include "sparse_swa/attention.h"
+
+namespace sparse_swa::detail {
+
+// Shape checks shared by both backends (attention_cpu.cc): sizes, views, head count, scale and
+// memory spaces (`space` is where every view must live). Host views also get their lens checked.
+Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space);
+
+// Launches on `cuda_stream`; `p` has passed check_attention_shapes(p, kDevice).
+Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);
+
+// Copies host params to the device, runs, copies back; `host_params` passed
+// check_attention_shapes(host_params, kHost).
+Status cuda_sparse_attention_from_host(const SparseAttentionParams& host_params);
+
+}  // namespace sparse_swa::detail
