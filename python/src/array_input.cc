@@ -94,6 +94,11 @@ std::string place_name(const Place& place) {
 InputArray import_array(nb::handle obj, std::string_view field) {
   InputArray a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
+    if (nb::hasattr(obj, "__dlpack__")) {
+      raise_value_error(str_cat(field, ": its DLPack export failed (",
+                                nb::type_name(obj.type()).c_str(),
+                                "; a torch tensor that requires grad needs .detach())"));
+    }
     raise_value_error(str_cat(field,
                               ": expected an array supporting DLPack or the buffer protocol "
                               "(numpy, torch, cupy, jax), got ",

@@ -228,3 +228,16 @@ def test_status_code_mapping(code, exc):
         sparse_swa._sparse_swa._raise_status(code, "field.x: expected 1, got 2")
     assert type(e.value) is exc
     assert str(e.value) == "field.x: expected 1, got 2"
+
+
+def test_failed_dlpack_export_is_explained(mixed_builder):
+    class Refusing:
+        def __dlpack__(self, *args, **kwargs):
+            raise BufferError("requires grad")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    qsl, seq, bt, slots = mixed_batch()
+    with pytest.raises(ValueError, match=r"block_table: its DLPack export failed \(.*Refusing; a torch tensor"):
+        mixed_builder.build(qsl, seq, Refusing(), slots)
