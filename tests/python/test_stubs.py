@@ -53,3 +53,14 @@ def test_docstrings_give_shapes():
     doc = sparse_swa.SwaMetadata.decode_swa_indices.__doc__
     assert "[num_decode_tokens, 1, decode_swa_width] int32" in doc
     assert "query_start_loc: [num_reqs + 1] int32" in sparse_swa.MetadataBuilder.build.__doc__
+
+
+def test_version_matches_installed_metadata():
+    from importlib import metadata
+    try:
+        installed = metadata.version("sparse_swa")
+    except metadata.PackageNotFoundError:
+        installed = None  # the CMake tree's package (PYTHONPATH), not a pip install
+    if installed is not None and Path(sparse_swa.__file__).parent.name == "sparse_swa":
+        assert installed == sparse_swa.__version__
+    assert sparse_swa.__version__.count(".") == 2
