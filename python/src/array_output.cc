@@ -6,7 +6,7 @@ namespace sparse_swa::python {
 
 namespace {
 
-// Zero-size arrays still need a non-null pointer for some consumers' buffer checks.
+// Zero-size arrays of a null view still need a non-null pointer for some consumers' checks.
 alignas(8) int64_t empty_storage = 0;
 
 template <typename Fw, typename T>
@@ -24,10 +24,8 @@ nb::object wrap(const ArrayOut& out, T* data, std::initializer_list<size_t> shap
 template <typename T>
 nb::object export_array(const ArrayOut& out, const T* data, std::initializer_list<size_t> shape,
                         std::initializer_list<int64_t> strides) {
-  size_t size = 1;
-  for (size_t s : shape) size *= s;
   T* ptr = const_cast<T*>(data);
-  if (size == 0 || ptr == nullptr) ptr = reinterpret_cast<T*>(&empty_storage);
+  if (ptr == nullptr) ptr = reinterpret_cast<T*>(&empty_storage);  // only ever zero-size
   switch (out.framework) {
     case Framework::kNumpy:
       return wrap<nb::numpy>(out, ptr, shape, strides);

@@ -19,7 +19,7 @@ struct ArrayOut {
 };
 
 // A view of `data` with `shape` and element `strides`, writable (consumers may update rows in
-// place, as the reference's tensors allow). Zero-size arrays never dereference `data`.
+// place, as the reference's tensors allow). A null `data` is allowed for zero-size arrays.
 template <typename T>
 nb::object export_array(const ArrayOut& out, const T* data, std::initializer_list<size_t> shape,
                         std::initializer_list<int64_t> strides);

@@ -172,10 +172,11 @@ def test_draft_update_on_cuda_equals_cpu():
     cpu = cpu_builder.build(*arrays, causal=False)
     gpu_builder = sparse_swa.MetadataBuilder(case["config"])
     gpu = cuda_build(gpu_builder, arrays, causal=False)
-    arrays[1] += 1
+    seq = arrays[1]
+    seq += 1  # the CPU builder's metadata holds this very array
     gpu.seq_lens.add_(1)  # the engine advances the device seq_lens in place
     cpu_builder.update_draft_decode_metadata(cpu)
-    gpu_builder.update_draft_decode_metadata(gpu, seq_lens_cpu=torch.from_numpy(arrays[1]))
+    gpu_builder.update_draft_decode_metadata(gpu, seq_lens_cpu=torch.from_numpy(seq))
     torch.cuda.synchronize()
     assert_same(gpu, cpu)
     assert gpu.decode_swa_lens.tolist() == [8, 8, 8, 4, 5, 6]
