@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# The sparse-swa CLI end to end: the JSON contract on the shipped cases, exit codes (0 ok,
+# 1 invalid input with "sparse-swa: error: ..." on stderr, 2 usage), demo and table output.
+# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_TEST_DATA (tests/data). Run by ctest as
+# `cli_contract`; prints "N passed, M failed" last and exits non-zero on any failure.
+set -u
+
+CLI=${SPARSE_SWA_CLI:?set SPARSE_SWA_CLI to the sparse-swa binary}
+DATA=${SPARSE_SWA_TEST_DATA:?set SPARSE_SWA_TEST_DATA to tests/data}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok    $1"; }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL  $1"
+  shift
+  for line in "$@"; do echo "      $line"; done
+}
+
+# run ARGS...: runs the CLI; sets rc and leaves stdout/stderr in $TMP/out, $TMP/err.
+run() {
+  "$CLI" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  rc=$?
+}
+
+# Field-by-field JSON equality (and the same key order), as the reference's output is diffed.
+same_json() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+actual_text = open(sys.argv[1]).read()
+expected = json.load(open(sys.argv[2]))
+try:
+    actual = json.loads(actual_text)
+except ValueError as e:
+    sys.exit(f"output is not JSON: {e}")
+if actual_text.count("\n") != 1 or not actual_text.endswith("\n"):
+    sys.exit("output is not exactly one line")
+bad = [k for k in expected if actual.get(k, object()) != expected[k]]
+extra = sorted(set(actual) - set(expected))
+if bad or extra:
+    sys.exit(f"fields differ: {bad}; extra keys: {extra}")
+if list(actual) != list(expected):
+    sys.exit(f"key order differs: {list(actual)}")
+EOF
+}
+
+# expect_json NAME FILE ARGS...: exit 0, empty stderr, stdout equal to FILE.
+expect_json() {
+  local name=$1 expected=$2
+  shift 2
+  run "$@"
+  if [[ $rc -ne 0 ]]; then
+    fail "$name" "exit $rc, expected 0" "$(head -c 400 "$TMP/err")"
+  elif [[ -s "$TMP/err" ]]; then
+    fail "$name" "unexpected stderr: $(head -c 400 "$TMP/err")"
+  elif ! msg=$(same_json "$TMP/out" "$expected" 2>&1); then
+    fail "$name" "$msg"
+  else
+    pass "$name"
+  fi
+}
+
+# expect_error NAME CODE NEEDLE ARGS...: exit CODE, nothing on stdout, NEEDLE in stderr.
+expect_error() {
+  local name=$1 code=$2 needle=$3
+  shift 3
+  run "$@"
+  if [[ $rc -ne $code ]]; then
+    fail "$name" "exit $rc, expected $code" "stderr: $(head -c 400 "$TMP/err")"
+  elif [[ -s "$TMP/out" ]]; then
+    fail "$name" "unexpected stdout: $(head -c 200 "$TMP/out")"
+  elif ! grep -qF -- "$needle" "$TMP/err"; then
+    fail "$name" "stderr lacks: $needle" "stderr: $(head -c 400 "$TMP/err")"
+  else
+    pass "$name"
+  fi
+}
+
+# --- The JSON contract on every case with an expected output --------------------------------
+num_cases=0
+for expected in "$DATA"/*.expected.json; do
+  batch=${expected%.expected.json}.json
+  [[ -f "$batch" ]] || continue
+  num_cases=$((num_cases + 1))
+  name=$(basename "$batch" .json)
+  expect_json "build $name" "$expected" build --input "$batch"
+  expect_json "build $name --backend cpu --format json" "$expected" build --input "$batch" \
+    --backend cpu --format json
+done
+if [[ $num_cases -ge 2 ]]; then pass "found $num_cases cases"; else fail "found $num_cases cases, expected >= 2"; fi
+
+# Stdin as the input file.
+if "$CLI" build --input - <"$DATA/mixed_mtp.json" >"$TMP/out" 2>"$TMP/err" &&
+  msg=$(same_json "$TMP/out" "$DATA/mixed_mtp.expected.json" 2>&1); then
+  pass "build --input - (stdin)"
+else
+  fail "build --input - (stdin)" "${msg:-exit $?}" "$(head -c 400 "$TMP/err")"
+fi
+
+# --- Invalid input: exit 1 and a message naming the field ----------------------------------
+# mutate NAME PYTHON: writes $TMP/NAME.json, mixed_mtp.json changed by PYTHON (on `d`).
+mutate() {
+  python3 - "$DATA/mixed_mtp.json" "$TMP/$1.json" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+open(sys.argv[2], "w").write(json.dumps(d))
+EOF
+}
+
+mutate float_int 'd["batch"]["seq_lens"][1] = 2.5'
+expect_error "float where an integer belongs" 1 \
+  "sparse-swa: error: batch.seq_lens[1]: expected an integer, got 2.5" build --input "$TMP/float_int.json"
+mutate float_whole 'd["config"]["window_size"] = 8.0'
+expect_error "integral float where an integer belongs" 1 \
+  "config.window_size: expected an integer, got 8.0" build --input "$TMP/float_whole.json"
+mutate string_int 'd["config"]["block_size"] = "4"'
+expect_error "string where an integer belongs" 1 \
+  'config.block_size: expected an integer, got "4"' build --input "$TMP/string_int.json"
+mutate big_int 'd["batch"]["query_start_loc"][3] = 2**40'
+expect_error "integer outside int32" 1 \
+  "batch.query_start_loc[3]: expected an int32 integer, got 1099511627776" \
+  build --input "$TMP/big_int.json"
+mutate missing 'del d["config"]["max_model_len"]'
+expect_error "missing required field" 1 \
+  "config.max_model_len: expected an integer, got nothing (the field is required)" \
+  build --input "$TMP/missing.json"
+mutate ragged 'd["batch"]["block_table"][1] = [5, 11]'
+expect_error "ragged block_table" 1 "batch.block_table[1]: expected 4 entries" \
+  build --input "$TMP/ragged.json"
+mutate span_key 'd["config"]["max_image_tokens"] = 4; d["batch"]["image_spans"] = {"two": [[6, 7]]}'
+expect_error "image span key not an integer" 1 \
+  'batch.image_spans["two"]: expected a request index (a decimal integer key), got "two"' \
+  build --input "$TMP/span_key.json"
+mutate span_req 'd["config"]["max_image_tokens"] = 4; d["batch"]["image_spans"] = {"5": [[6, 7]]}'
+expect_error "image span of a request that does not exist" 1 \
+  'batch.image_spans["5"]: expected a request index in [0, 3)' build --input "$TMP/span_req.json"
+mutate method 'd["config"]["speculative_method"] = "eagle"'
+expect_error "unknown speculative_method" 1 \
+  'config.speculative_method: expected one of none, mtp, dspark, got "eagle"' \
+  build --input "$TMP/method.json"
+mutate causal 'd["batch"]["causal"] = False'
+expect_error "causal=false without dspark" 1 "batch.causal: false" build --input "$TMP/causal.json"
+mutate seq_short 'd["batch"]["seq_lens"][2] = 3'
+expect_error "seq_len shorter than the query" 1 "batch.seq_lens[2]: expected >= the query length 4" \
+  build --input "$TMP/seq_short.json"
+mutate ratio 'd["chunk_plan_requests"][1]["compress_ratio"] = 3'
+expect_error "chunk plan ratio outside {1, 2, 4, 128}" 1 \
+  "chunk_plan_requests[1].compress_ratio: expected a compress ratio in {1, 2, 4, 128}, got 3" \
+  build --input "$TMP/ratio.json"
+mutate config_ratio 'd["config"]["compress_ratios"] = [1, 8]'
+expect_error "config compress ratio outside {1, 2, 4, 128}" 1 "config.compress_ratios[1]" \
+  build --input "$TMP/config_ratio.json"
+printf '{"config": {"window_size": 8,, }' >"$TMP/malformed.json"
+expect_error "malformed JSON" 1 "$TMP/malformed.json: malformed JSON: [json.exception.parse_error.101] parse error at line 1" \
+  build --input "$TMP/malformed.json"
+printf '' >"$TMP/empty.json"
+expect_error "empty file" 1 "malformed JSON" build --input "$TMP/empty.json"
+printf '[1, 2]' >"$TMP/array.json"
+expect_error "top level not an object" 1 'expected a JSON object with "config" and "batch"' \
+  build --input "$TMP/array.json"
+expect_error "unreadable file" 1 "$TMP/no_such.json: cannot read the batch file" \
+  build --input "$TMP/no_such.json"
+expect_error "directory as input" 1 "cannot read the batch file (it is a directory)" \
+  build --input "$TMP"
+mutate table_error 'd["batch"]["seq_lens"][1] = 2.5'
+expect_error "table format, invalid input" 1 "batch.seq_lens[1]" \
+  build --input "$TMP/table_error.json" --format table
+
+# --- Usage errors: exit 2 ------------------------------------------------------------------
+expect_error "no subcommand" 2 "subcommand is required"
+expect_error "unknown subcommand" 2 "usage error" frobnicate
+expect_error "build without --input" 2 "--input is required" build
+expect_error "unknown --backend" 2 "--backend: tpu not in {cpu,cuda}" \
+  build --input "$DATA/mixed_mtp.json" --backend tpu
+expect_error "unknown --format" 2 "--format: yaml not in {json,table}" \
+  build --input "$DATA/mixed_mtp.json" --format yaml
+expect_error "unknown option" 2 "usage error" build --input "$DATA/mixed_mtp.json" --frobnicate
+expect_error "demo with an argument" 2 "usage error" demo extra
+
+# --- Help, table, demo -----------------------------------------------------------------------
+run --help
+if [[ $rc -eq 0 ]] && grep -q "build" "$TMP/out" && grep -q "demo" "$TMP/out"; then
+  pass "--help"
+else
+  fail "--help" "exit $rc"
+fi
+
+run build --input "$DATA/mixed_mtp.json" --format table
+if [[ $rc -eq 0 && ! -s "$TMP/err" ]] && grep -q "^split   decodes: 2 requests / 3 tokens" "$TMP/out" &&
+  grep -q "31 12..15 36..38" "$TMP/out" && grep -q "compress_ratio 4, chunk_size 4:  \[0,1) N=2 M=12" "$TMP/out"; then
+  pass "build --format table"
+else
+  fail "build --format table" "exit $rc" "$(head -c 600 "$TMP/out")" "$(head -c 300 "$TMP/err")"
+fi
+
+run build --input "$DATA/vision_prefill.json" --format table
+if [[ $rc -eq 0 ]] && grep -q "img L/R" "$TMP/out"; then
+  pass "build --format table (image visibility column)"
+else
+  fail "build --format table (image visibility column)" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+run demo
+if [[ $rc -eq 0 && ! -s "$TMP/err" ]] && grep -q "=== Step 3 of 3" "$TMP/out" &&
+  grep -q "non-causal (DSpark draft)" "$TMP/out" && grep -q "CUDA-graph padding" "$TMP/out" &&
+  grep -q "img L/R" "$TMP/out"; then
+  pass "demo"
+else
+  fail "demo" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+# --- The CUDA backend: the same output on a GPU build with a device, else exit 1 + message ---
+run build --input "$DATA/mixed_mtp.json" --backend cuda
+if [[ $rc -eq 0 ]]; then
+  if msg=$(same_json "$TMP/out" "$DATA/mixed_mtp.expected.json" 2>&1); then
+    pass "build --backend cuda (matches the CPU contract)"
+  else
+    fail "build --backend cuda (matches the CPU contract)" "$msg"
+  fi
+elif [[ $rc -eq 1 && ! -s "$TMP/out" ]] && grep -q "^sparse-swa: error: .*cuda" "$TMP/err"; then
+  pass "build --backend cuda without a usable CUDA backend: exit 1 ($(head -c 120 "$TMP/err"))"
+else
+  fail "build --backend cuda" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+run demo --backend cuda
+if [[ $rc -eq 0 ]] && grep -q "=== Step 3 of 3" "$TMP/out"; then
+  pass "demo --backend cuda"
+elif [[ $rc -eq 1 ]] && grep -q "^sparse-swa: error: .*cuda" "$TMP/err"; then
+  pass "demo --backend cuda without a usable CUDA backend: exit 1"
+else
+  fail "demo --backend cuda" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,65 @@
+// sparse-swa build --input BATCH.json [--backend cpu|cuda] [--format json|table]
+// Builds one step's metadata from a batch file; JSON goes to stdout on one line, in the
+// reference script's format (keys, order and separators), so the two can be diffed as text.
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "commands.h"
+#include "json/batch_json.h"
+#include "metadata_table.h"
+
+namespace sparse_swa::cli {
+
+namespace {
+
+struct BuildOptions {
+  std::string input;
+  std::string backend = "cpu";
+  std::string format = "json";
+};
+
+Status run_build(const BuildOptions& opts) {
+  auto file = read_batch_file(opts.input);
+  SPARSE_SWA_RETURN_IF_ERROR(file.status());
+  auto builder = StepBuilder::create(file->config, opts.backend);
+  SPARSE_SWA_RETURN_IF_ERROR(builder.status());
+  SwaMetadata md;  // host metadata, whatever the backend
+  SPARSE_SWA_RETURN_IF_ERROR(builder.value()->build(file->batch_input(), &md));
+  auto plans = run_chunk_plans(md, file->chunk_plan_requests);
+  SPARSE_SWA_RETURN_IF_ERROR(plans.status());
+  if (opts.format == "table") {
+    std::ostringstream table;  // printed only once complete: errors leave stdout empty
+    SPARSE_SWA_RETURN_IF_ERROR(
+        print_metadata_table(table, file.value(), builder.value()->derived(), md, plans.value()));
+    std::cout << table.str();
+  } else {
+    auto json = metadata_to_json(md, plans.value());
+    SPARSE_SWA_RETURN_IF_ERROR(json.status());
+    std::cout << dump_python_style(json.value()) << "\n";
+  }
+  return flush_stdout();
+}
+
+}  // namespace
+
+void add_build_command(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<BuildOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "build", "Build one step's SWA metadata from a JSON batch file and print it");
+  cmd->add_option("--input,-i", opts->input,
+                  "batch file: {config, batch, chunk_plan_requests}; - reads stdin")
+      ->required();
+  add_backend_option(*cmd, &opts->backend);
+  cmd->add_option("--format", opts->format,
+                  "json: the reference's one-line JSON; table: for people")
+      ->check(CLI::IsMember({"json", "table"}))
+      ->capture_default_str();
+  cmd->callback([opts, exit_code] {
+    const Status status = run_build(*opts);
+    *exit_code = status.ok() ? kExitOk : report_error(status);
+  });
+}
+
+}  // namespace sparse_swa::cli

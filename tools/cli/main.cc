@@ -1,0 +1,41 @@
+// sparse-swa: DeepSeek-V4 sparse sliding-window attention metadata from the command line.
+//   sparse-swa build --input BATCH.json [--backend cpu|cuda] [--format json|table]
+//   sparse-swa demo [--backend cpu|cuda]
+//   sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE]
+// Exit codes: 0 success, 1 invalid input (message on stderr), 2 usage error.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  namespace cli = sparse_swa::cli;
+  CLI::App app{
+      "sparse-swa: per-step sparse sliding-window attention (SWA) metadata over a paged KV "
+      "cache, as vLLM's DeepSeek-V4 builder computes it."};
+  app.require_subcommand(1);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("sparse-swa: usage error: ") + e.what() +
+           "\nRun 'sparse-swa --help' (or 'sparse-swa <command> --help') for more information.\n";
+  });
+  int exit_code = cli::kExitOk;
+  cli::add_build_command(app, &exit_code);
+  cli::add_demo_command(app, &exit_code);
+  cli::add_bench_command(app, &exit_code);
+  try {
+    app.parse(argc, argv);  // runs the chosen subcommand's callback
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the help text or the usage error
+    return code == 0 ? cli::kExitOk : cli::kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "sparse-swa: error: out of memory\n";
+    return cli::kExitInvalidInput;
+  } catch (const std::exception& e) {
+    std::cerr << "sparse-swa: error: " << e.what() << "\n";
+    return cli::kExitInvalidInput;
+  }
+  return exit_code;
+}

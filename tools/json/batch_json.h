@@ -1,0 +1,74 @@
+// The JSON batch format of `sparse-swa build` (issue 2, section 5) and the JSON form of the
+// metadata it prints. Shared by the CLI, the tests and the fuzzers.
+//
+// Input:  {"config": {...}, "batch": {...}, "chunk_plan_requests": [...]} (the reference
+//         script's batch file; unknown keys are ignored, everything else is strictly typed).
+// Output: the keys, key order and number formatting of the reference's `run` output, so the
+//         two can be diffed as text.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparse_swa/batch.h"
+#include "sparse_swa/config.h"
+#include "sparse_swa/metadata.h"
+#include "sparse_swa/status.h"
+
+namespace sparse_swa {
+
+// One entry of "chunk_plan_requests".
+struct ChunkPlanRequest {
+  int32_t compress_ratio = 1;
+  int32_t chunk_size = 1;
+  std::optional<bool> has_compressed;  // echoed in the output only when the file gave it
+};
+
+// A request and the plan prefill_chunk_plan() computed for it.
+struct ChunkPlanResult {
+  ChunkPlanRequest request;
+  std::vector<ChunkPlanEntry> plan;
+};
+
+// A parsed batch file. Owns every array; batch_input() returns views into them.
+struct BatchFile {
+  BuilderConfig config;
+  std::vector<int32_t> query_start_loc;  // [num_reqs + 1]
+  std::vector<int32_t> seq_lens;         // [num_reqs]
+  std::vector<int32_t> block_table;      // [block_table_rows, block_table_cols] row-major
+  int64_t block_table_rows = 0;
+  int64_t block_table_cols = 0;
+  std::vector<int64_t> slot_mapping;  // [num_tokens], -1 = padding
+  bool causal = true;
+  std::vector<ImageSpan> image_spans;  // sorted by request, then by position in the file
+  std::vector<ChunkPlanRequest> chunk_plan_requests;
+
+  // Host views into this object; valid while it lives and is not modified.
+  BatchInput batch_input() const;
+};
+
+// Parses and type-checks a batch file. Errors name the field path, the expected and the actual
+// value ("batch.seq_lens[1]: expected an integer, got 2.5"); malformed JSON gives nlohmann's
+// position message. Semantic rules (window coverage, spans vs seq_lens, ...) are the builder's.
+StatusOr<BatchFile> parse_batch_file(std::string_view json_text);
+// Reads `path` ("-" = stdin) and parses it; every message starts with the path.
+StatusOr<BatchFile> read_batch_file(const std::string& path);
+
+// Runs prefill_chunk_plan() for every request (host metadata only).
+StatusOr<std::vector<ChunkPlanResult>> run_chunk_plans(
+    const SwaMetadata& md, const std::vector<ChunkPlanRequest>& requests);
+
+// The output object, keys in the contract's order. `md` must be host metadata (md.space ==
+// kHost); device metadata is rejected until a device-to-host copy helper exists.
+StatusOr<nlohmann::ordered_json> metadata_to_json(const SwaMetadata& md,
+                                                  const std::vector<ChunkPlanResult>& plans);
+
+// One line in Python's json.dumps() style (", " and ": " separators, ASCII only), the format the
+// reference script prints. No trailing newline.
+std::string dump_python_style(const nlohmann::ordered_json& value);
+
+}  // namespace sparse_swa
