@@ -722,6 +722,17 @@ TEST_F(Example1, DeviceViewsNeedTheCudaBackend) {
   // Host output for device metadata: a space mismatch, named.
   EXPECT_TRUE(IsInvalidArgument(build_mixed_matrix({dev, input_, 4}, {}, out.view()),
                                 {"metadata.decode_swa", "expected device memory", "got host"}));
+  // All views "device" (never dereferenced here): no backend can run them on this machine.
+  dev.decode_swa.space = dev.prefill_swa.space = MemorySpace::kDevice;
+  BatchInput batch = input_;
+  batch.block_table.space = MemorySpace::kDevice;
+  IndexView view = out.view();
+  view.space = MemorySpace::kDevice;
+  const Status st = build_mixed_matrix({dev, batch, 4}, {}, view);
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kInternal)
+      << st.to_string();
+  EXPECT_EQ(out.data, Row(7 * 8, kPoison));
 }
 
 // ------------------------------------------------------------------ randomized properties

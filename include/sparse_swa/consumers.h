@@ -9,11 +9,13 @@
 // An output whose rows or width are too small is an error that names what is needed.
 //
 // Value rules shared by both backends (the kernels never fault, so the reference masks too):
-//   * an invalid token (slot_mapping < 0) gets a row of -1 and lens 0 in every output;
-//   * a local compressed index outside its request's compressed range, or one that reads a
-//     negative compressed block id, becomes -1 and is not counted;
-//   * a token whose SWA window would read outside the block table (metadata that the builder
-//     would have rejected) is an error on the CPU and a row of -1 with lens 0 on the GPU.
+//   * an invalid token (is_valid_token 0) gets a row of -1 and lens 0 in every output;
+//   * a local compressed index that is negative, past the compressed block table or on a
+//     negative compressed block id maps to -1. Decode rows count only mapped entries; prefill
+//     rows count min((pos + 1) / ratio, TOP_K) whatever the entries hold, as the reference does;
+//   * metadata inconsistent with the batch (a token outside its request, a window past the block
+//     table or seq_len) is an error on the CPU, with nothing written, and a row of -1 with lens 0
+//     on the GPU, which cannot report it without a sync.
 #pragma once
 
 #include <cstdint>
