@@ -88,18 +88,19 @@ SPARSE_SWA_FP8_HD uint8_t float_to_e4m3(float x) {
   return sign | static_cast<uint8_t>((exponent << 3) | mantissa);
 }
 
+// Built from bits (sign included) so that NaN codes give the same float on host and device.
 SPARSE_SWA_FP8_HD float e4m3_to_float(uint8_t b) {
   const uint32_t exponent = (b >> 3) & 15u;
   const uint32_t mantissa = b & 7u;
-  float v;
+  uint32_t bits;
   if (exponent == 15u && mantissa == 7u) {
-    v = bits_float(0x7fc00000u);
+    bits = 0x7fc00000u;
   } else if (exponent == 0u) {
-    v = static_cast<float>(mantissa) * (1.0f / 512.0f);
+    bits = float_bits(static_cast<float>(mantissa) * (1.0f / 512.0f));  // exact
   } else {
-    v = bits_float(((exponent + 120u) << 23) | (mantissa << 20));
+    bits = ((exponent + 120u) << 23) | (mantissa << 20);
   }
-  return (b & 0x80u) ? -v : v;
+  return bits_float(bits | (static_cast<uint32_t>(b & 0x80u) << 24));
 }
 
 // ---- UE8M0 scales of fp8_ds_mla ----
@@ -124,15 +125,22 @@ SPARSE_SWA_FP8_HD int scale_exponent(float amax) {
 
 SPARSE_SWA_FP8_HD uint8_t scale_byte(int exponent) { return static_cast<uint8_t>(exponent + 127); }
 
-// q = saturate_e4m3(x / 2^e).
+SPARSE_SWA_FP8_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 0x7f800000u; }
+
+// q = saturate_e4m3(x / 2^e). NaN never goes through arithmetic: a GPU multiply returns the
+// canonical NaN, the CPU keeps the payload and sign, and the codes must not differ.
 SPARSE_SWA_FP8_HD uint8_t quantize(float x, int exponent) {
+  if (is_nan(x)) return float_to_e4m3(x);
   return float_to_e4m3(scale_pow2(x, -exponent));
 }
 
 // x = e4m3(q) * 2^(s - 127). Exact for every finite product (an e4m3 value has 4 significant
 // bits and 2^-136 is above the smallest float subnormal); s = 255 overflows to inf.
+// A NaN code decodes to e4m3_to_float's NaN on both sides (no arithmetic on it).
 SPARSE_SWA_FP8_HD float dequantize(uint8_t q, uint8_t scale) {
-  return scale_pow2(e4m3_to_float(q), static_cast<int>(scale) - 127);
+  const float v = e4m3_to_float(q);
+  if (is_nan(v)) return v;
+  return scale_pow2(v, static_cast<int>(scale) - 127);
 }
 
 }  // namespace sparse_swa::fp8

@@ -182,11 +182,13 @@ uint16_t double_to_bf16(double d) {
   return fp8::float_to_bf16(fp8::bits_float(u));
 }
 
+#if !SPARSE_SWA_HAS_CUDA
 Status no_cuda_build() {
   return unavailable(
       "backend cuda: this build of sparse_swa has no CUDA backend (configure with a CUDA "
       "toolkit and SPARSE_SWA_CUDA=ON)");
 }
+#endif
 
 }  // namespace
 

@@ -219,11 +219,13 @@ void decode_row(const ConstKvCacheView& cache, int64_t slot, float* out) {
   }
 }
 
+#if !SPARSE_SWA_HAS_CUDA
 Status no_cuda_build() {
   return unavailable(
       "cache.space: device memory needs the CUDA backend, and this build of sparse_swa has none "
       "(configure with a CUDA toolkit and SPARSE_SWA_CUDA=ON)");
 }
+#endif
 
 }  // namespace
 

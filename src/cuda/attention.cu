@@ -297,6 +297,26 @@ Status check_segment_pointers(const ConstIndexView& v, const ConstKvCacheView& c
   return Status::Ok();
 }
 
+// Every pointer the kernel may dereference must be device memory: a host pointer would fault.
+Status check_pointers(const SparseAttentionParams& p) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.q, "params.q"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.out, "params.out"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.lse, "params.lse"));
+  if (p.sinks != nullptr) SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.sinks, "params.sinks"));
+  if (p.bad_index_count != nullptr) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.bad_index_count, "params.bad_index_count"));
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(
+      check_segment_pointers(p.swa_indices, p.swa_cache, "params.swa_indices.data",
+                             "params.swa_indices.lens", "params.swa_cache.data"));
+  if (p.extra_indices.rows != 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        check_segment_pointers(p.extra_indices, p.extra_cache, "params.extra_indices.data",
+                               "params.extra_indices.lens", "params.extra_cache.data"));
+  }
+  return Status::Ok();
+}
+
 // RAII device allocation for the host-staged entry point.
 class DeviceBytes {
  public:
@@ -363,22 +383,9 @@ Status upload_cache(const ConstKvCacheView& c, DeviceBytes* data, ConstKvCacheVi
 
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) {
   if (p.num_tokens == 0) return Status::Ok();
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.q, "params.q"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.out, "params.out"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.lse, "params.lse"));
-  if (p.sinks != nullptr) SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.sinks, "params.sinks"));
-  if (p.bad_index_count != nullptr) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.bad_index_count, "params.bad_index_count"));
-  }
-  SPARSE_SWA_RETURN_IF_ERROR(
-      check_segment_pointers(p.swa_indices, p.swa_cache, "params.swa_indices.data",
-                             "params.swa_indices.lens", "params.swa_cache.data"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_cuda_device());
+  if (!stream_capturing(cuda_stream)) SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p));
   const bool has_extra = p.extra_indices.rows != 0;
-  if (has_extra) {
-    SPARSE_SWA_RETURN_IF_ERROR(
-        check_segment_pointers(p.extra_indices, p.extra_cache, "params.extra_indices.data",
-                               "params.extra_indices.lens", "params.extra_cache.data"));
-  }
 
   // Heads per CTA: the smallest power of two covering H, at most 16.
   int group_heads = 1;
@@ -417,6 +424,7 @@ Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) 
 
 Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {
   if (hp.num_tokens == 0) return Status::Ok();
+  SPARSE_SWA_RETURN_IF_ERROR(check_cuda_device());
   const size_t q_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads * kHeadDim;
   const size_t lse_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads;
   SparseAttentionParams dp = hp;

@@ -125,12 +125,8 @@ Status check_rows_fit(int64_t n) {
   return Status::Ok();
 }
 
-template <typename In>
-Status encode(MatrixView<const In> rows, std::span<const int64_t> slots, const KvCacheView& cache,
-              const KvCodecOptions& options) {
-  if (rows.rows == 0) return Status::Ok();
-  SPARSE_SWA_RETURN_IF_ERROR(check_rows_fit(rows.rows));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(rows.data, "rows.data"));
+Status check_codec_pointers(std::span<const int64_t> slots, const ConstKvCacheView& cache,
+                            const KvCodecOptions& options) {
   SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(slots.data(), "slots.data"));
   if (cache.num_blocks > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(cache.data, "cache.data"));
@@ -138,6 +134,19 @@ Status encode(MatrixView<const In> rows, std::span<const int64_t> slots, const K
   if (options.device_bad_slot_count != nullptr) {
     SPARSE_SWA_RETURN_IF_ERROR(
         check_device_pointer(options.device_bad_slot_count, "options.device_bad_slot_count"));
+  }
+  return Status::Ok();
+}
+
+template <typename In>
+Status encode(MatrixView<const In> rows, std::span<const int64_t> slots, const KvCacheView& cache,
+              const KvCodecOptions& options) {
+  if (rows.rows == 0) return Status::Ok();
+  SPARSE_SWA_RETURN_IF_ERROR(check_rows_fit(rows.rows));
+  SPARSE_SWA_RETURN_IF_ERROR(check_cuda_device());
+  if (!stream_capturing(options.cuda_stream)) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(rows.data, "rows.data"));
+    SPARSE_SWA_RETURN_IF_ERROR(check_codec_pointers(slots, cache, options));
   }
   encode_kernel<In><<<grid_for_rows(rows.rows), kWarpsPerBlock * 32, 0,
                       static_cast<cudaStream_t>(options.cuda_stream)>>>(
@@ -147,6 +156,26 @@ Status encode(MatrixView<const In> rows, std::span<const int64_t> slots, const K
 }
 
 }  // namespace
+
+Status check_cuda_device() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return unavailable("backend cuda: no usable CUDA device (",
+                       err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", ")");
+  }
+  return Status::Ok();
+}
+
+bool stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
 
 Status check_device_pointer(const void* ptr, const char* name) {
   if (ptr == nullptr) return invalid_argument(name, ": null device pointer");
@@ -178,14 +207,10 @@ Status cuda_decode_kv_rows(const ConstKvCacheView& cache, std::span<const int64_
                            MatrixView<float> out, const KvCodecOptions& options) {
   if (out.rows == 0) return Status::Ok();
   SPARSE_SWA_RETURN_IF_ERROR(check_rows_fit(out.rows));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(out.data, "out.data"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(slots.data(), "slots.data"));
-  if (cache.num_blocks > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(cache.data, "cache.data"));
-  }
-  if (options.device_bad_slot_count != nullptr) {
-    SPARSE_SWA_RETURN_IF_ERROR(
-        check_device_pointer(options.device_bad_slot_count, "options.device_bad_slot_count"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_cuda_device());
+  if (!stream_capturing(options.cuda_stream)) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(out.data, "out.data"));
+    SPARSE_SWA_RETURN_IF_ERROR(check_codec_pointers(slots, cache, options));
   }
   decode_kernel<<<grid_for_rows(out.rows), kWarpsPerBlock * 32, 0,
                   static_cast<cudaStream_t>(options.cuda_stream)>>>(
