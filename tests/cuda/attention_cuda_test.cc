@@ -536,6 +536,9 @@ TEST(AttentionCuda, GraphCaptureAndReplayAfterInPlaceUpdates) {
     dev.swa_idx().upload(p.rows.data);
     dev.swa_lens().upload(p.rows.lens);
     dev.poison_outputs();
+    // The uploads and the poison ran on the legacy stream, which a non-blocking stream does
+    // not wait for.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const Errors e = compare(p.hp, dev.out(), dev.lse());
