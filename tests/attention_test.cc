@@ -176,6 +176,33 @@ TEST(AttentionCpu, OneKeyGivesThatKey) {
   }
 }
 
+TEST(AttentionCpu, HandComputedTwoKeysWithASink) {
+  // q = 0: both scores are 0, so the weights are 1/2 each and lse = ln 2. Keys all-1 and all-3
+  // average to 2. A sink of 0 scales by 1 / (1 + exp(0 - ln 2)) = 2/3: 4/3 -> bf16 1.3359375.
+  HostCache cache(CacheDtype::kBf16, 32, 1);
+  std::vector<float> keys(2 * kHeadDim);
+  for (int d = 0; d < kHeadDim; ++d) {
+    keys[d] = 1.0f;
+    keys[kHeadDim + d] = 3.0f;
+  }
+  cache.put(keys, {4, 9});
+  IndexRows rows(1, 2);
+  rows.set(0, {4, 9}, 2);
+  const std::vector<uint16_t> q(2 * kHeadDim, 0);  // two heads of zeros
+  std::vector<float> sinks = {-std::numeric_limits<float>::infinity(), 0.0f};
+  SparseAttentionParams p = params(1, 2, q, cache, rows);
+  p.sinks = sinks.data();
+  const Result r = run(p);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_FLOAT_EQ(r.lse[0], std::log(2.0f));
+  EXPECT_FLOAT_EQ(r.lse[1], std::log(2.0f));
+  for (int d = 0; d < kHeadDim; ++d) {
+    ASSERT_EQ(r.out_at(0, 0, d, 2), 2.0f);
+    ASSERT_EQ(r.out_at(0, 1, d, 2), 1.3359375f);
+    ASSERT_NEAR(r.ref_out[kHeadDim + d], 4.0 / 3.0, 1e-15);
+  }
+}
+
 TEST(AttentionCpu, ConstantValueRowsGiveTheConstantExactlyWhateverLiesPastTheLength) {
   // Every key of the valid prefix is the same row c (values exact in bf16); the entries past
   // lens point at real, different keys. Reading the padded width instead of lens changes it.
