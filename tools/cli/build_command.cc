@@ -1,10 +1,13 @@
-// sparse-swa build --input BATCH.json [--backend cpu|cuda] [--format json|table]
-// Builds one step's metadata from a batch file; JSON goes to stdout on one line, in the
-// reference script's format (keys, order and separators), so the two can be diffed as text.
+// sparse-swa build --input BATCH.json [--input MORE.json ...] [--backend cpu|cuda]
+//                  [--format json|table]
+// Builds one step's metadata from each batch file; JSON goes to stdout, one line per file, in
+// the reference script's format (keys, order and separators), so the two can be diffed as text.
+// Several inputs share one process (and one CUDA context); the first invalid file stops the run.
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "json/batch_json.h"
@@ -15,13 +18,13 @@ namespace sparse_swa::cli {
 namespace {
 
 struct BuildOptions {
-  std::string input;
+  std::vector<std::string> inputs;
   std::string backend = "cpu";
   std::string format = "json";
 };
 
-Status run_build(const BuildOptions& opts) {
-  auto file = read_batch_file(opts.input);
+Status build_one(const BuildOptions& opts, const std::string& input) {
+  auto file = read_batch_file(input);
   SPARSE_SWA_RETURN_IF_ERROR(file.status());
   auto builder = StepBuilder::create(file->config, opts.backend);
   SPARSE_SWA_RETURN_IF_ERROR(builder.status());
@@ -42,14 +45,20 @@ Status run_build(const BuildOptions& opts) {
   return flush_stdout();
 }
 
+Status run_build(const BuildOptions& opts) {
+  for (const std::string& input : opts.inputs) SPARSE_SWA_RETURN_IF_ERROR(build_one(opts, input));
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_build_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<BuildOptions>();
   CLI::App* cmd = app.add_subcommand(
       "build", "Build one step's SWA metadata from a JSON batch file and print it");
-  cmd->add_option("--input,-i", opts->input,
-                  "batch file: {config, batch, chunk_plan_requests}; - reads stdin")
+  cmd->add_option("--input,-i", opts->inputs,
+                  "batch file: {config, batch, chunk_plan_requests}; - reads stdin; repeat for "
+                  "several files (one output line each)")
       ->required();
   add_backend_option(*cmd, &opts->backend);
   cmd->add_option("--format", opts->format,
