@@ -46,13 +46,15 @@ if has refdiff; then
   for f in tests/data/*.json; do [[ $f == *.expected.json ]] || examples+=("$f"); done
   # The reference's own output on the shipped examples, then on the random batches.
   python3 .shared/anchors/vllm_swa_builder.py run "${examples[@]}" >"$OUT/ref_examples.jsonl"
-  "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$OUT/ours_examples.jsonl"
+  "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$OUT/ours_examples.jsonl" \
+    2>"$OUT/ours_examples.err" || { echo "!! sparse-swa build failed:"; head -5 "$OUT/ours_examples.err"; }
   TAIL=12 step refdiff_examples python3 scripts/gpu/compare_outputs.py "$OUT/ref_examples.jsonl" \
     "$OUT/ours_examples.jsonl" "${examples[@]}"
   t0=$SECONDS
   python3 .shared/anchors/vllm_swa_builder.py run "${files[@]}" >"$d/ref.jsonl"
   echo "reference run: $((SECONDS - t0)) s for ${#files[@]} batches"
-  "$B/sparse-swa" build --backend cuda "${files[@]/#/--input=}" >"$d/ours.jsonl"
+  "$B/sparse-swa" build --backend cuda "${files[@]/#/--input=}" >"$d/ours.jsonl" \
+    2>"$OUT/ours_refdiff.err" || { echo "!! sparse-swa build failed:"; head -5 "$OUT/ours_refdiff.err"; }
   TAIL=12 step refdiff python3 scripts/gpu/compare_outputs.py "$d/ref.jsonl" "$d/ours.jsonl" \
     "${files[@]}"
 fi

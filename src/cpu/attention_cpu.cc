@@ -35,7 +35,8 @@ Status check_segment(const ConstIndexView& indices, const ConstKvCacheView& cach
 
 }  // namespace
 
-Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space) {
+Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
+                              bool need_outputs) {
   if (p.num_tokens < 0) {
     return invalid_argument("params.num_tokens: expected >= 0, got ", p.num_tokens);
   }
@@ -52,10 +53,10 @@ Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space)
   }
   if (p.num_tokens > 0) {
     if (p.q == nullptr) return invalid_argument("params.q: null with ", p.num_tokens, " tokens");
-    if (p.out == nullptr) {
+    if (need_outputs && p.out == nullptr) {
       return invalid_argument("params.out: null with ", p.num_tokens, " tokens");
     }
-    if (p.lse == nullptr) {
+    if (need_outputs && p.lse == nullptr) {
       return invalid_argument("params.lse: null with ", p.num_tokens, " tokens");
     }
   }
@@ -159,7 +160,8 @@ void reference_token(const SparseAttentionParams& p, int64_t t, std::vector<floa
 }
 
 Status run_reference(const SparseAttentionParams& p, double* out, double* lse) {
-  SPARSE_SWA_RETURN_IF_ERROR(detail::check_attention_shapes(p, MemorySpace::kHost));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      detail::check_attention_shapes(p, MemorySpace::kHost, /*need_outputs=*/false));
   SPARSE_SWA_RETURN_IF_ERROR(check_host_entries(p));
   std::vector<float> keys;
   std::vector<int64_t> slots;

@@ -10,7 +10,9 @@ namespace sparse_swa::detail {
 
 // Shape checks shared by both backends (attention_cpu.cc): sizes, views, head count, scale and
 // memory spaces (`space` is where every view must live). Host views also get their lens checked.
-Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space);
+// `need_outputs` = false skips the out / lse pointers (the double reference writes elsewhere).
+Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
+                              bool need_outputs = true);
 
 // Launches on `cuda_stream`; `p` has passed check_attention_shapes(p, kDevice).
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);

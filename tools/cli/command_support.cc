@@ -44,6 +44,8 @@ Status StepBuilder::build(const BatchInput& host_batch, SwaMetadata* host_md) {
   device_batch_ = std::move(device).value();
   SwaMetadata device_md;
   SPARSE_SWA_RETURN_IF_ERROR(builder_->build(device_batch_->input(), &device_md));
+  // The host checks of the CUDA backend see only the host copies; the kernel checked the rest.
+  SPARSE_SWA_RETURN_IF_ERROR(builder_->take_device_error());
   auto host = copy_metadata_to_host(device_md);
   SPARSE_SWA_RETURN_IF_ERROR(host.status());
   host_copy_ = std::move(host).value();
