@@ -307,9 +307,13 @@ TEST(BuildErrorsOverflow, PaddingTokensOfARequestEndingAtInt32Max) {
     return;
   }
   ASSERT_EQ(md.num_prefill_tokens, 6);
+  ASSERT_TRUE(md.has_image());
   for (int p = 3; p < 6; ++p) {
     EXPECT_EQ(md.prefill_swa.lens[p], 0);
     EXPECT_EQ(md.prefill_swa.row(p)[0], -1);
+    // Past the end of request 0's span list: no in-image visibility.
+    EXPECT_EQ(md.left_visible[1 + p], 0);
+    EXPECT_EQ(md.right_visible[1 + p], 0);
   }
   EXPECT_EQ(md.decode_swa.lens[0], 8);
 }

@@ -3,10 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sparse_swa/metadata_builder.h"
 #include "sparse_swa/status.h"
@@ -26,8 +26,9 @@
 namespace sparse_swa::testing {
 
 // Success when `status` is INVALID_ARGUMENT and its message contains every fragment, in order.
+// Takes a braced list of strings or {begin, end} of a container of strings.
 inline ::testing::AssertionResult IsInvalidArgument(const Status& status,
-                                                    std::initializer_list<std::string> fragments) {
+                                                    const std::vector<std::string>& fragments) {
   if (status.code() != StatusCode::kInvalidArgument) {
     return ::testing::AssertionFailure() << "expected INVALID_ARGUMENT, got " << status.to_string();
   }
