@@ -108,12 +108,15 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
     return invalid_argument("batch.block_table: expected 0 <= cols <= stride, got cols ", bt.cols,
                             ", stride ", bt.stride);
   }
-  if (num_reqs > 0 && bt.data == nullptr) {
+  if (num_reqs > 0 && bt.cols > 0 && bt.data == nullptr) {
     return invalid_argument("batch.block_table: null data for ", num_reqs, " requests");
   }
+  // Positions the table covers; compared without a division per request (hot path).
+  const int64_t covered = bt.cols * int64_t{config.block_size};
   for (int64_t r = 0; r < num_reqs; ++r) {
+    if (seq[r] <= covered) continue;
     const int64_t needed = formulas::ceil_div(seq[r], config.block_size);
-    if (needed > bt.cols) {
+    {
       return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
                               "] / block_size) = ceil(", seq[r], " / ", config.block_size,
                               ") = ", needed, " entries, got ", bt.cols);
@@ -139,8 +142,9 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   if (!b.seq_lens_host.empty() || has_host_copies) {
     SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(b.query_start_loc, b.seq_lens, "batch.seq_lens"));
     for (int64_t r = 0; r < num_reqs; ++r) {
+      if (b.seq_lens[r] <= covered) continue;
       const int64_t needed = formulas::ceil_div(b.seq_lens[r], config.block_size);
-      if (needed > bt.cols) {
+      {
         return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
                                 "] / block_size) = ", needed, " entries, got ", bt.cols);
       }

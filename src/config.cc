@@ -126,6 +126,29 @@ Status validate_config(const BuilderConfig& c) {
                             " rows of width ", widest, " exceed the ", kMaxBufferElements,
                             "-element index buffer limit");
   }
+  if (c.noncausal_index_width != 0) {
+    if (c.speculative_method != SpeculativeMethod::kDspark) {
+      return invalid_argument(
+          "config.noncausal_index_width: only DSpark has non-causal rows; "
+          "expected 0 with speculative_method ",
+          speculative_method_name(c.speculative_method), ", got ", c.noncausal_index_width);
+    }
+    const int64_t needed = c.window_size + theta;
+    if (c.noncausal_index_width < needed || c.noncausal_index_width > kMaxRowWidth) {
+      return invalid_argument(
+          "config.noncausal_index_width: expected window_size + decode "
+          "threshold = ",
+          needed, " .. ", kMaxRowWidth,
+          " (a non-causal row holds up to W + "
+          "theta entries), got ",
+          c.noncausal_index_width);
+    }
+    if (int64_t{c.noncausal_index_width} * c.max_num_batched_tokens > kMaxBufferElements) {
+      return invalid_argument("config.noncausal_index_width: ", c.noncausal_index_width,
+                              " x max_num_batched_tokens exceeds the ", kMaxBufferElements,
+                              "-element index buffer limit");
+    }
+  }
   if (c.max_model_len > kInt32Max) {
     return invalid_argument("config.max_model_len: expected <= ", kInt32Max, ", got ",
                             c.max_model_len);
@@ -138,7 +161,9 @@ DerivedConfig derive_config(const BuilderConfig& c) {
   d.decode_threshold = 1 + (c.parallel_drafting ? 2 : 1) * c.num_speculative_tokens;
   d.prefill_index_width = c.window_size + c.max_image_tokens;
   d.is_dspark = c.speculative_method == SpeculativeMethod::kDspark;
-  if (d.is_dspark) {
+  if (d.is_dspark && c.noncausal_index_width != 0) {
+    d.noncausal_index_width = c.noncausal_index_width;
+  } else if (d.is_dspark) {
     // A non-causal row holds min(prefix, W) + query_len <= W + theta entries; the reference's
     // round_up(W + k, 64) alone truncates rows when W + k is a multiple of 64.
     d.noncausal_index_width =

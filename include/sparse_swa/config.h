@@ -47,13 +47,19 @@ struct BuilderConfig {
   bool parallel_drafting = false;
   int32_t max_image_tokens = 0;          // Mi >= 0 (vision checkpoints widen prefill rows by Mi)
   std::vector<int32_t> compress_ratios;  // each in {1, 2, 4, 128}; empty means {1}
+  // DSpark non-causal row width; 0 derives it (see DerivedConfig). A consumer that accepts only
+  // some widths sets it from its dispatch policy (choose_noncausal_width in dispatch_policy.h),
+  // so the producer writes exactly what the consumer reads. Must be >= W + theta.
+  int32_t noncausal_index_width = 0;
 };
 
 // Everything the builder derives from a valid config.
 struct DerivedConfig {
-  int32_t decode_threshold = 1;       // theta = 1 + (2 if parallel_drafting else 1) * k
-  int32_t prefill_index_width = 0;    // W + Mi
-  int32_t noncausal_index_width = 0;  // DSpark: max(round_up(W + k, 64), round_up(W + theta, 64))
+  int32_t decode_threshold = 1;     // theta = 1 + (2 if parallel_drafting else 1) * k
+  int32_t prefill_index_width = 0;  // W + Mi
+  // DSpark: config.noncausal_index_width if set, else
+  // max(round_up(W + k, 64), round_up(W + theta, 64)).
+  int32_t noncausal_index_width = 0;
   LayerTypeSet layer_types;
   bool is_dspark = false;
 };

@@ -2,6 +2,7 @@
 // Positions are absolute token positions of a request; windows are half-open [start, end).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -63,6 +64,15 @@ SPARSE_SWA_HD void image_visibility(int32_t pos, const int32_t* span_starts,
 // Trailing SWA tokens the prefill path gathers for one request: ql + min(prefix, W - 1).
 SPARSE_SWA_HD int32_t gather_len(int32_t query_len, int32_t prefix_len, int32_t window) {
   return query_len + min32(prefix_len, window - 1);
+}
+
+// Absolute position of token t of request r, clamped to int32. Only CUDA-graph padding tokens
+// (mapped to request 0, past its query) can exceed int32; they lie past every span of request
+// 0 either way, so the clamp keeps their visibility 0, as the reference's wrapped value does.
+SPARSE_SWA_HD int32_t token_position(int32_t seq_len, int32_t query_start, int32_t query_end,
+                                     int32_t t) {
+  const int64_t pos = int64_t{seq_len} - (query_end - query_start) + (int64_t{t} - query_start);
+  return pos > INT32_MAX ? INT32_MAX : static_cast<int32_t>(pos);
 }
 
 // Request owning token t: the last r with query_start_loc[r] <= t (empty requests skipped).

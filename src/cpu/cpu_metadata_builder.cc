@@ -80,7 +80,7 @@ Status CpuMetadataBuilder::check_windows(const BatchInput& b, const StepSplit& s
     const bool decode = t < split.num_decode_tokens;
     int32_t left = 0, right = 0;
     if (!decode && with_image) {
-      const int32_t pos = b.seq_lens[r] - (qsl[r + 1] - qsl[r]) + (t - qsl[r]);
+      const int32_t pos = formulas::token_position(b.seq_lens[r], qsl[r], qsl[r + 1], t);
       formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
                                  spans_.indptr[r + 1], config().max_image_tokens, &left, &right);
     }
@@ -144,7 +144,7 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
       if (t < split.num_decode_tokens) continue;
       const int32_t r = token_to_req_[t];
       const int32_t qs = b.query_start_loc[r];
-      const int32_t pos = b.seq_lens[r] - (b.query_start_loc[r + 1] - qs) + (t - qs);
+      const int32_t pos = formulas::token_position(b.seq_lens[r], qs, b.query_start_loc[r + 1], t);
       formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
                                  spans_.indptr[r + 1], c.max_image_tokens, &left_visible_[t],
                                  &right_visible_[t]);

@@ -21,9 +21,6 @@
 
 namespace sparse_swa::cli {
 
-// Declared here until commands.h lists it (main.cc registers it like the other commands).
-void add_attend_command(CLI::App& app, int* exit_code);
-
 namespace {
 
 struct AttendOptions {

@@ -22,6 +22,8 @@ inline constexpr int kExitUsage = 2;         // command-line errors (CLI11)
 void add_build_command(CLI::App& app, int* exit_code);
 void add_demo_command(CLI::App& app, int* exit_code);
 void add_bench_command(CLI::App& app, int* exit_code);
+void add_attend_command(CLI::App& app, int* exit_code);
+void add_check_config_command(CLI::App& app, int* exit_code);
 
 // Prints "sparse-swa: error: <message>" to stderr and returns kExitInvalidInput.
 int report_error(const Status& status);

@@ -1,7 +1,9 @@
 // sparse-swa: DeepSeek-V4 sparse sliding-window attention metadata from the command line.
-//   sparse-swa build --input BATCH.json [--backend cpu|cuda] [--format json|table]
+//   sparse-swa build --input BATCH.json [--input ...] [--backend cpu|cuda] [--format json|table]
 //   sparse-swa demo [--backend cpu|cuda]
 //   sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE]
+//   sparse-swa attend [--backend cpu|cuda] [--heads H] ...   (sparse MLA attention vs reference)
+//   sparse-swa check-config --consumer NAME CONFIG.json      (dispatch-width policy check)
 // Exit codes: 0 success, 1 invalid input (message on stderr), 2 usage error.
 #include <CLI/CLI.hpp>
 #include <exception>
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
   cli::add_build_command(app, &exit_code);
   cli::add_demo_command(app, &exit_code);
   cli::add_bench_command(app, &exit_code);
+  cli::add_attend_command(app, &exit_code);
+  cli::add_check_config_command(app, &exit_code);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

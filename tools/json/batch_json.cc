@@ -168,6 +168,8 @@ Status parse_config(const Json& c, BuilderConfig* config) {
   }
   SPARSE_SWA_RETURN_IF_ERROR(
       optional_int(c, "config", "max_image_tokens", &config->max_image_tokens));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      optional_int(c, "config", "noncausal_index_width", &config->noncausal_index_width));
   config->compress_ratios = {1};
   if (const Json* r = find(c, "compress_ratios")) {
     SPARSE_SWA_RETURN_IF_ERROR(
