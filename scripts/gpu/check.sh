@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check, run on the H200 machine from the repo root (through the device tool):
-#   scripts/gpu/check.sh [STAGES...]   stages: info tests sanitize refdiff bench (default: all)
+#   scripts/gpu/check.sh [STAGES...]
+#   stages: info tests refdiff bench python sanitize (default: all, in that order)
 # Needs: .gpu-bin/ (scripts/gpu/build.sh, built on the CPU machine and carried) and .shared/ (a
 # copy of ../shared, carried). Writes one log per step and the JSON results to $OUT.
 set -uo pipefail
 B=${BIN:-.gpu-bin}
 OUT=${OUT:-/tmp/sparse_swa_out}
 mkdir -p "$OUT"
-stages=${*:-info tests sanitize refdiff bench}
+stages=${*:-info tests refdiff bench python sanitize}
 failed=()
 has() { [[ " $stages " == *" $1 "* ]]; }
 # step NAME CMD...: runs CMD with its output in $OUT/NAME.log, prints the log's tail.
@@ -29,13 +30,6 @@ if has info; then
 fi
 if has tests; then
   step gtest "$B/sparse_swa_tests" --gtest_brief=1
-fi
-if has sanitize; then
-  # Fewer random cases under the sanitizers: they run the same kernels far slower.
-  for tool in memcheck racecheck; do
-    TAIL=8 step "sanitize_$tool" env SPARSE_SWA_DIFF_CASES=200 compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter='Cuda*' --gtest_brief=1
-  done
 fi
 if has refdiff; then
   d=$(mktemp -d)
@@ -61,6 +55,21 @@ fi
 if has bench; then
   step anchor_bench python3 .shared/anchors/vllm_swa_builder.py bench --json "$OUT/anchor_bench.json"
   step ours_bench "$B/sparse-swa" bench --backend cuda --json "$OUT/ours_bench.json"
+fi
+if has python; then
+  # The Python module built there (its CUDA backend included) and its GPU tests and example.
+  step pip_install python3 -m pip install --no-build-isolation --no-deps --no-index -q \
+    --target /tmp/pysite -C build-dir=/tmp/pybuild .
+  step pytest env PYTHONPATH=/tmp/pysite python3 -m pytest -q -p no:cacheprovider tests/python
+  TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
+    --anchors .shared/anchors
+fi
+if has sanitize; then
+  # Fewer random cases under the sanitizers: they run the same kernels far slower.
+  for tool in memcheck racecheck; do
+    TAIL=8 step "sanitize_$tool" timeout "${SANITIZE_TIMEOUT:-200}" env SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200 compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-Cuda*:ConsumersCuda*:KvCodecCuda*:AttentionCuda.*}" --gtest_brief=1
+  done
 fi
 echo "failed steps: ${failed[*]:-none}"
 [[ ${#failed[@]} == 0 ]]
