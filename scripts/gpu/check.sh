@@ -7,6 +7,7 @@
 set -uo pipefail
 B=${BIN:-.gpu-bin}
 OUT=${OUT:-/tmp/sparse_swa_out}
+LOGS=$(mktemp -d)  # every step's full log; $OUT gets summary.txt (their tails) and the JSON
 mkdir -p "$OUT"
 stages=${*:-info tests refdiff bench python sanitize}
 failed=()
@@ -15,12 +16,13 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 step() {
   local name=$1
   shift
-  echo "== $name: $*"
+  echo "== $name: ${*:1:6}"
   local t0=$SECONDS
-  "$@" >"$OUT/$name.log" 2>&1
+  "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
-  tail -n "${TAIL:-25}" "$OUT/$name.log"
+  tail -n "${TAIL:-25}" "$LOGS/$name.log"
   echo "-- $name: exit $rc, $((SECONDS - t0)) s"
+  { echo "===== $name (exit $rc)"; tail -n 200 "$LOGS/$name.log"; } >>"$OUT/summary.txt"
   [[ $rc == 0 ]] || failed+=("$name")
 }
 
@@ -30,6 +32,7 @@ if has info; then
 fi
 if has tests; then
   step gtest "$B/sparse_swa_tests" --gtest_brief=1
+  grep -E "^\[  FAILED|largest|compared" "$LOGS/gtest.log" | sort -u
 fi
 if has refdiff; then
   d=$(mktemp -d)
@@ -39,16 +42,16 @@ if has refdiff; then
   examples=()
   for f in tests/data/*.json; do [[ $f == *.expected.json ]] || examples+=("$f"); done
   # The reference's own output on the shipped examples, then on the random batches.
-  python3 .shared/anchors/vllm_swa_builder.py run "${examples[@]}" >"$OUT/ref_examples.jsonl"
-  "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$OUT/ours_examples.jsonl" \
-    2>"$OUT/ours_examples.err" || { echo "!! sparse-swa build failed:"; head -5 "$OUT/ours_examples.err"; }
-  TAIL=12 step refdiff_examples python3 scripts/gpu/compare_outputs.py "$OUT/ref_examples.jsonl" \
-    "$OUT/ours_examples.jsonl" "${examples[@]}"
+  python3 .shared/anchors/vllm_swa_builder.py run "${examples[@]}" >"$LOGS/ref_examples.jsonl"
+  "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$LOGS/ours_examples.jsonl" \
+    2>"$LOGS/ours_examples.err" || { echo "!! sparse-swa build failed:"; head -5 "$LOGS/ours_examples.err"; }
+  TAIL=12 step refdiff_examples python3 scripts/gpu/compare_outputs.py "$LOGS/ref_examples.jsonl" \
+    "$LOGS/ours_examples.jsonl" "${examples[@]}"
   t0=$SECONDS
   python3 .shared/anchors/vllm_swa_builder.py run "${files[@]}" >"$d/ref.jsonl"
   echo "reference run: $((SECONDS - t0)) s for ${#files[@]} batches"
   "$B/sparse-swa" build --backend cuda "${files[@]/#/--input=}" >"$d/ours.jsonl" \
-    2>"$OUT/ours_refdiff.err" || { echo "!! sparse-swa build failed:"; head -5 "$OUT/ours_refdiff.err"; }
+    2>"$LOGS/ours_refdiff.err" || { echo "!! sparse-swa build failed:"; head -5 "$LOGS/ours_refdiff.err"; }
   TAIL=12 step refdiff python3 scripts/gpu/compare_outputs.py "$d/ref.jsonl" "$d/ours.jsonl" \
     "${files[@]}"
 fi
@@ -60,7 +63,8 @@ if has python; then
   # The Python module built there (its CUDA backend included) and its GPU tests and example.
   step pip_install python3 -m pip install --no-build-isolation --no-deps --no-index -q \
     --target /tmp/pysite -C build-dir=/tmp/pybuild .
-  step pytest env PYTHONPATH=/tmp/pysite python3 -m pytest -q -p no:cacheprovider tests/python
+  TAIL=60 step pytest env PYTHONPATH=/tmp/pysite python3 -X faulthandler -m pytest -v -x \
+    -p no:cacheprovider tests/python
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
 fi

@@ -109,7 +109,9 @@ def make_case(rng, mode):
                 spans[str(r)] = lst
         if spans:
             batch["image_spans"] = spans
-    c["max_num_batched_tokens"] = len(slots) + rng.randint(0, 16)
+    # The span buffers hold max_num_batched_tokens spans (the reference asserts it).
+    num_spans = sum(len(v) for v in batch.get("image_spans", {}).values())
+    c["max_num_batched_tokens"] = max(len(slots), num_spans) + rng.randint(0, 16)
     c["max_num_seqs"] = len(reqs) + rng.randint(0, 4)
     c["max_model_len"] = max(s for s, _ in reqs) + rng.randint(1, 2048)
     plans = [{"compress_ratio": rng.choice([1, 2, 4, 128]), "chunk_size": rng.randint(1, 8)}
