@@ -11,16 +11,13 @@ StepSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_t
                                      int32_t theta) {
   StepSplit s;
   const int32_t num_reqs = static_cast<int32_t>(qsl.size()) - 1;
-  for (int32_t r = 0; r < num_reqs; ++r)
-    s.max_query_len = std::max(s.max_query_len, qsl[r + 1] - qsl[r]);
+  // Requests before the first one with query_len > theta are decodes (the reference's
+  // max_query_len <= theta shortcut gives the same answer).
   int32_t first_prefill = num_reqs;
-  if (s.max_query_len > theta) {
-    for (int32_t r = 0; r < num_reqs; ++r) {
-      if (qsl[r + 1] - qsl[r] > theta) {
-        first_prefill = r;
-        break;
-      }
-    }
+  for (int32_t r = 0; r < num_reqs; ++r) {
+    const int32_t ql = qsl[r + 1] - qsl[r];
+    s.max_query_len = std::max(s.max_query_len, ql);
+    if (ql > theta && first_prefill == num_reqs) first_prefill = r;
   }
   s.num_decodes = first_prefill;
   s.num_prefills = num_reqs - first_prefill;
@@ -37,6 +34,19 @@ std::span<const int32_t> host_seq_lens(const BatchInput& b) {
 }
 
 namespace {
+
+// One branch-free pass that tells whether any per-request rule below can fail: query_start_loc
+// starts at 0 and never decreases, seq_len >= query_len, the table covers seq_len. Valid batches
+// (the common case) then skip the detailed checks, which exist to word the error.
+bool requests_plainly_valid(std::span<const int32_t> qsl, std::span<const int32_t> seq,
+                            int64_t covered) {
+  bool ok = qsl[0] == 0;
+  for (size_t r = 0; r < seq.size(); ++r) {
+    const int32_t ql = qsl[r + 1] - qsl[r];
+    ok &= (qsl[r + 1] >= qsl[r]) & (seq[r] >= ql) & (seq[r] <= covered);
+  }
+  return ok;
+}
 
 Status check_query_start_loc(std::span<const int32_t> qsl, std::string_view name) {
   if (qsl[0] != 0) return invalid_argument(name, "[0]: expected 0, got ", qsl[0]);
@@ -90,15 +100,6 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
                             config.max_num_batched_tokens, " tokens, got ", num_tokens);
   }
   const bool has_host_copies = !b.query_start_loc_host.empty();
-  SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(
-      qsl, has_host_copies ? "batch.query_start_loc_host" : "batch.query_start_loc"));
-  if (qsl[num_reqs] > num_tokens) {
-    return invalid_argument("batch.slot_mapping: expected at least query_start_loc[", num_reqs,
-                            "] = ", qsl[num_reqs], " tokens, got ", num_tokens);
-  }
-  SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(
-      qsl, seq, !b.seq_lens_host.empty() ? "batch.seq_lens_host" : "batch.seq_lens"));
-
   const auto& bt = b.block_table;
   if (bt.rows < num_reqs) {
     return invalid_argument("batch.block_table: expected at least num_reqs = ", num_reqs,
@@ -113,10 +114,20 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   }
   // Positions the table covers; compared without a division per request (hot path).
   const int64_t covered = bt.cols * int64_t{config.block_size};
-  for (int64_t r = 0; r < num_reqs; ++r) {
-    if (seq[r] <= covered) continue;
-    const int64_t needed = formulas::ceil_div(seq[r], config.block_size);
-    {
+  if (!requests_plainly_valid(qsl, seq, covered)) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(
+        qsl, has_host_copies ? "batch.query_start_loc_host" : "batch.query_start_loc"));
+  }
+  if (qsl[num_reqs] > num_tokens) {
+    return invalid_argument("batch.slot_mapping: expected at least query_start_loc[", num_reqs,
+                            "] = ", qsl[num_reqs], " tokens, got ", num_tokens);
+  }
+  if (!requests_plainly_valid(qsl, seq, covered)) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(
+        qsl, seq, !b.seq_lens_host.empty() ? "batch.seq_lens_host" : "batch.seq_lens"));
+    for (int64_t r = 0; r < num_reqs; ++r) {
+      if (seq[r] <= covered) continue;
+      const int64_t needed = formulas::ceil_div(seq[r], config.block_size);
       return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
                               "] / block_size) = ceil(", seq[r], " / ", config.block_size,
                               ") = ", needed, " entries, got ", bt.cols);

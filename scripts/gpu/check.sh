@@ -65,6 +65,12 @@ if has python; then
     --target /tmp/pysite -C build-dir=/tmp/pybuild .
   TAIL=60 step pytest env PYTHONPATH=/tmp/pysite python3 -X faulthandler -m pytest -v -x \
     -p no:cacheprovider tests/python
+  if [[ " ${failed[*]} " == *" pytest "* ]]; then  # locate a crash: with and without torch
+    TAIL=6 step probe env PYTHONPATH=/tmp/pysite python3 scripts/gpu/python_crash_probe.py
+    TAIL=6 step probe_torch env PYTHONPATH=/tmp/pysite python3 scripts/gpu/python_crash_probe.py --torch
+    TAIL=40 step probe_gdb env PYTHONPATH=/tmp/pysite cuda-gdb -batch -ex run -ex bt \
+      --args python3 scripts/gpu/python_crash_probe.py --torch
+  fi
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
 fi

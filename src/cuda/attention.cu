@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(const Attent
       }
       const float psum = warp_sum(p);
       p_s[h * kKeyTile + lane] = p;
+      __syncwarp();  // every lane has read m_s[h] / l_s[h] before lane 0 updates them
       if (lane == 0) {
         l_s[h] = l_s[h] * corr + psum;
         m_s[h] = m_new;

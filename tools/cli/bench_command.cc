@@ -142,6 +142,23 @@ StatusOr<double> copy_bandwidth(cudaStream_t stream) {
   SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "copy bandwidth"));
   return bytes / (median(times) * 1e-3);
 }
+
+// The smallest synchronised GPU step: one tiny memset node and a stream sync. No build() that
+// launches work and waits for it can have a lower wall time.
+StatusOr<double> round_trip_floor(cudaStream_t stream) {
+  void* p = nullptr;
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, 4), "cudaMalloc"));
+  std::vector<double> t;
+  for (int i = 0; i < 520; ++i) {
+    const auto t0 = Clock::now();
+    cudaMemsetAsync(p, 0, 4, stream);
+    cudaStreamSynchronize(stream);
+    if (i >= 20) t.push_back(micros_since(t0));
+  }
+  cudaFree(p);
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "round-trip floor"));
+  return median(t);
+}
 #endif
 
 Status run_bench(const BenchOptions& opts) {
