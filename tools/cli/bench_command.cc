@@ -163,6 +163,7 @@ StatusOr<double> round_trip_floor(cudaStream_t stream) {
 
 Status run_bench(const BenchOptions& opts) {
   const bool cuda = opts.backend == "cuda";
+  double round_trip_us = 0;
 #if !SPARSE_SWA_HAS_CUDA
   if (cuda) return unavailable("--backend cuda: this build of sparse-swa has no CUDA backend");
 #else
@@ -178,6 +179,11 @@ Status run_bench(const BenchOptions& opts) {
     bandwidth = bw.value();
     std::cout << "device copy bandwidth: " << bandwidth / 1e9
               << " GB/s (1 GiB D2D, median of 10)\n";
+    auto floor = round_trip_floor(stream);
+    SPARSE_SWA_RETURN_IF_ERROR(floor.status());
+    round_trip_us = floor.value();
+    std::cout << "round-trip floor: " << round_trip_us
+              << " us (median: one 4-byte cudaMemsetAsync + cudaStreamSynchronize)\n";
   }
 #endif
   std::mt19937 rng(7);
@@ -277,7 +283,8 @@ Status run_bench(const BenchOptions& opts) {
                        {"build_host_us_median", h},
                        {"device_us_per_build", device_us},
                        {"output_bytes", bytes},
-                       {"write_floor_us", floor_us}});
+                       {"write_floor_us", floor_us},
+                       {"round_trip_floor_us", round_trip_us}});
   }
 #if SPARSE_SWA_HAS_CUDA
   if (stream != nullptr) cudaStreamDestroy(stream);
