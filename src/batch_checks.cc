@@ -114,7 +114,8 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   }
   // Positions the table covers; compared without a division per request (hot path).
   const int64_t covered = bt.cols * int64_t{config.block_size};
-  if (!requests_plainly_valid(qsl, seq, covered)) {
+  const bool plainly_valid = requests_plainly_valid(qsl, seq, covered);
+  if (!plainly_valid) {
     SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(
         qsl, has_host_copies ? "batch.query_start_loc_host" : "batch.query_start_loc"));
   }
@@ -122,7 +123,7 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
     return invalid_argument("batch.slot_mapping: expected at least query_start_loc[", num_reqs,
                             "] = ", qsl[num_reqs], " tokens, got ", num_tokens);
   }
-  if (!requests_plainly_valid(qsl, seq, covered)) {
+  if (!plainly_valid) {
     SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(
         qsl, seq, !b.seq_lens_host.empty() ? "batch.seq_lens_host" : "batch.seq_lens"));
     for (int64_t r = 0; r < num_reqs; ++r) {

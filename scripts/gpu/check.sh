@@ -72,9 +72,7 @@ if has python; then
       --target /tmp/pysite-dbg -C build-dir=/tmp/pybuild-dbg -C cmake.build-type=RelWithDebInfo .
     TAIL=40 step probe_gdb env PYTHONPATH=/tmp/pysite-dbg cuda-gdb -batch -ex run -ex bt \
       --args python3 scripts/gpu/python_crash_probe.py
-    TAIL=30 step toolchain bash -c 'c++ --version | head -1; python3 -m pip show nanobind \
-      scikit-build-core | grep -E "^(Name|Version)"; ldd /tmp/pysite/sparse_swa/*.so; \
-      grep -E "CMAKE_CXX_COMPILER:|CMAKE_CXX_FLAGS:" /tmp/pybuild/CMakeCache.txt
+    TAIL=30 step toolchain bash scripts/gpu/toolchain_facts.sh
   fi
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
