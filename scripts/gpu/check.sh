@@ -61,8 +61,11 @@ if has bench; then
 fi
 if has python; then
   # The Python module built there (its CUDA backend included) and its GPU tests and example.
+  # The image's default /opt/gcc links libstdc++ statically into the extension, which then
+  # crashes in its own iostreams beside numpy/torch; build with the system compiler instead.
+  [[ -x /usr/bin/c++ ]] && export CXX=/usr/bin/c++ CUDAHOSTCXX=/usr/bin/c++
   step pip_install python3 -m pip install --no-build-isolation --no-deps --no-index -q \
-    --target /tmp/pysite -C build-dir=/tmp/pybuild .
+    --target /tmp/pysite -C build-dir=/tmp/pybuild2 --upgrade .
   TAIL=60 step pytest env PYTHONPATH=/tmp/pysite python3 -X faulthandler -m pytest -v -x \
     -p no:cacheprovider tests/python
   if [[ " ${failed[*]} " == *" pytest "* ]]; then  # locate a crash: with and without torch

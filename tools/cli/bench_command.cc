@@ -144,19 +144,25 @@ StatusOr<double> copy_bandwidth(cudaStream_t stream) {
 }
 
 // The smallest synchronised GPU step: one tiny memset node and a stream sync. No build() that
-// launches work and waits for it can have a lower wall time.
-StatusOr<double> round_trip_floor(cudaStream_t stream) {
+// launches work and waits for it can have a lower wall time. *enqueue_us: the host time of the
+// enqueue alone, the floor of any build()'s host time.
+StatusOr<double> round_trip_floor(cudaStream_t stream, double* enqueue_us) {
   void* p = nullptr;
   SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, 4), "cudaMalloc"));
-  std::vector<double> t;
+  std::vector<double> t, host;
   for (int i = 0; i < 520; ++i) {
     const auto t0 = Clock::now();
     cudaMemsetAsync(p, 0, 4, stream);
+    const double enqueued = micros_since(t0);
     cudaStreamSynchronize(stream);
-    if (i >= 20) t.push_back(micros_since(t0));
+    if (i >= 20) {
+      t.push_back(micros_since(t0));
+      host.push_back(enqueued);
+    }
   }
   cudaFree(p);
   SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "round-trip floor"));
+  *enqueue_us = median(host);
   return median(t);
 }
 #endif
@@ -179,11 +185,14 @@ Status run_bench(const BenchOptions& opts) {
     bandwidth = bw.value();
     std::cout << "device copy bandwidth: " << bandwidth / 1e9
               << " GB/s (1 GiB D2D, median of 10)\n";
-    auto floor = round_trip_floor(stream);
+    double enqueue_us = 0;
+    auto floor = round_trip_floor(stream, &enqueue_us);
     SPARSE_SWA_RETURN_IF_ERROR(floor.status());
     round_trip_us = floor.value();
     std::cout << "round-trip floor: " << round_trip_us
-              << " us (median: one 4-byte cudaMemsetAsync + cudaStreamSynchronize)\n";
+              << " us (median: one 4-byte cudaMemsetAsync + cudaStreamSynchronize); its host "
+                 "enqueue alone: "
+              << enqueue_us << " us\n";
   }
 #endif
   std::mt19937 rng(7);
