@@ -73,15 +73,13 @@ def memory_type(ptr):
     else:
         return None
 
-    class Attributes(ctypes.Structure):
-        _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
-                    ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
-
-    attrs = Attributes()
-    if lib.cudaPointerGetAttributes(ctypes.byref(attrs), ctypes.c_void_p(ptr)) != 0:
+    # cudaPointerAttributes starts with {int type; int device; ...} and has grown across CUDA
+    # versions: give the call a generous buffer and read the first field only.
+    attrs = ctypes.create_string_buffer(1024)
+    if lib.cudaPointerGetAttributes(attrs, ctypes.c_void_p(ptr)) != 0:
         lib.cudaGetLastError()
         return None
-    return attrs.type
+    return ctypes.c_int.from_buffer(attrs, 0).value
 
 
 def test_torch_cpu_tensors_use_the_cpu_backend(mixed_case):
