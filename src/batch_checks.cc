@@ -42,7 +42,7 @@ bool requests_plainly_valid(std::span<const int32_t> qsl, std::span<const int32_
                             int64_t covered) {
   bool ok = qsl[0] == 0;
   for (size_t r = 0; r < seq.size(); ++r) {
-    const int32_t ql = qsl[r + 1] - qsl[r];
+    const int64_t ql = int64_t{qsl[r + 1]} - qsl[r];  // any int32 inputs: no overflow
     ok &= (qsl[r + 1] >= qsl[r]) & (seq[r] >= ql) & (seq[r] <= covered);
   }
   return ok;

@@ -1,5 +1,6 @@
 // The reference's greedy prefill workspace chunk plan (host only).
 #include <algorithm>
+#include <limits>
 
 #include "common/swa_formulas.h"
 #include "sparse_swa/metadata.h"
@@ -25,9 +26,13 @@ StatusOr<std::vector<ChunkPlanEntry>> prefill_chunk_plan(const SwaMetadata& md,
   const bool compressed = has_compressed.value_or(compress_ratio > 1);
   const int64_t window = md.window_size;
   // Worst case per request: every compressed entry plus max_num_batched_tokens + W - 1 tokens.
-  const int64_t area =
-      chunk_size * ((compressed ? formulas::ceil_div(md.max_model_len, compress_ratio) : 0) +
-                    window + md.max_num_batched_tokens);
+  const int64_t per_request =
+      (compressed ? formulas::ceil_div(md.max_model_len, compress_ratio) : 0) + window +
+      md.max_num_batched_tokens;
+  // Saturating: a chunk size so large that the budget passes int64 means "no limit".
+  const int64_t area = chunk_size > std::numeric_limits<int64_t>::max() / per_request
+                           ? std::numeric_limits<int64_t>::max()
+                           : chunk_size * per_request;
   auto gather = [&](int32_t i) -> int64_t {
     const int64_t ql = md.prefill_query_lens_host[i];
     const int64_t prefix = md.prefill_seq_lens_host[i] - ql;
@@ -43,7 +48,8 @@ StatusOr<std::vector<ChunkPlanEntry>> prefill_chunk_plan(const SwaMetadata& md,
     while (end < n) {
       const int64_t c = std::max(max_comp, comp(end));
       const int64_t g = std::max(max_gather, gather(end));
-      if ((end - start + 1) * (c + g) > area) break;
+      // (end - start + 1) * (c + g) > area, without overflowing.
+      if (c + g > 0 && end - start + 1 > area / (c + g)) break;
       max_comp = c;
       max_gather = g;
       ++end;

@@ -57,7 +57,7 @@ StatusOr<SpeculativeMethod> parse_speculative_method(std::string_view name) {
   if (name == "mtp") return SpeculativeMethod::kMtp;
   if (name == "dspark") return SpeculativeMethod::kDspark;
   return invalid_argument("config.speculative_method: expected one of none, mtp, dspark, got \"",
-                          name, "\"");
+                          printable_excerpt(name), "\"");
 }
 
 StatusOr<LayerType> layer_type_for_ratio(int64_t compress_ratio, std::string_view field) {

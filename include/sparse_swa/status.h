@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace sparse_swa {
@@ -44,6 +45,12 @@ std::string str_cat(const Parts&... parts) {
   (os << ... << parts);
   return os.str();
 }
+
+// User text made safe to quote in a message: printable ASCII and valid UTF-8 kept, other bytes
+// written as \xNN, cut after `max_bytes` with the total length noted.
+std::string printable_excerpt(std::string_view text, size_t max_bytes = 64);
+// The same status with its message passed through printable_excerpt (limit 300 bytes).
+Status with_printable_message(const Status& status);
 
 template <typename... Parts>
 Status invalid_argument(const Parts&... parts) {

@@ -308,12 +308,12 @@ Status parse_chunk_plan_requests(const Json& v, std::vector<ChunkPlanRequest>* o
   return Status::Ok();
 }
 
-StatusOr<BatchFile> parse_named(std::string_view text, std::string_view source) {
+StatusOr<BatchFile> parse_named_raw(std::string_view text, std::string_view source) {
   Json doc;
   try {
     doc = Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
-    return invalid_argument(source, ": malformed JSON: ", e.what());
+  } catch (const Json::exception& e) {  // parse errors, and numbers past the double range
+    return with_printable_message(invalid_argument(source, ": malformed JSON: ", e.what()));
   }
   if (!doc.is_object()) {
     return invalid_argument(source, ": expected a JSON object with \"config\" and \"batch\", got ",
@@ -330,6 +330,13 @@ StatusOr<BatchFile> parse_named(std::string_view text, std::string_view source) 
   if (const Json* r = find(doc, "chunk_plan_requests")) {
     SPARSE_SWA_RETURN_IF_ERROR(parse_chunk_plan_requests(*r, &file.chunk_plan_requests));
   }
+  return file;
+}
+
+// Messages quote user text (keys, strings, the parser's excerpt): keep them printable and short.
+StatusOr<BatchFile> parse_named(std::string_view text, std::string_view source) {
+  auto file = parse_named_raw(text, source);
+  if (!file.ok()) return with_printable_message(file.status());
   return file;
 }
 
