@@ -9,7 +9,7 @@ DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libcli11-dev libgtest-dev libg
                 libbenchmark-dev
 PY_PACKAGES := numpy pytest nanobind scikit-build-core
 
-.PHONY: all deps build demo test test-cpp test-python bench clean format
+.PHONY: all deps build demo test test-cpp test-python sanitize bench clean format
 
 all: build
 
@@ -40,6 +40,12 @@ test-cpp:
 
 test-python:
 	PYTHONPATH=$(CURDIR)/$(BUILD_DIR)/python:$(CURDIR)/python $(PYTHON) -m pytest -q tests/python
+
+# ASan+UBSan build and tests, malformed inputs through the CLI, bounded fuzzing (needs clang).
+sanitize: deps
+	@command -v clang++ >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq clang libclang-rt-dev; }
+	bash scripts/ci/sanitize.sh
 
 bench: build
 	./$(BUILD_DIR)/bench/sparse_swa_cpu_bench
