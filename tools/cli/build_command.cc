@@ -1,8 +1,12 @@
 // sparse-swa build --input BATCH.json [--input MORE.json ...] [--backend cpu|cuda]
-//                  [--format json|table]
+//                  [--format json|table] [--consumer NAME [--heads H]]
 // Builds one step's metadata from each batch file; JSON goes to stdout, one line per file, in
 // the reference script's format (keys, order and separators), so the two can be diffed as text.
 // Several inputs share one process (and one CUDA context); the first invalid file stops the run.
+// --consumer NAME (JSON only) appends one key, "consumer", after the reference's keys: the
+// consumer-side matrices of the step (json/consumer_json.h). They are built by the CPU consumer
+// reference from the host metadata whatever the backend: the CUDA backend's metadata comes back
+// to the host in StepBuilder, and the CUDA consumers are checked against the CPU ones in tests.
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -11,7 +15,9 @@
 
 #include "commands.h"
 #include "json/batch_json.h"
+#include "json/consumer_json.h"
 #include "metadata_table.h"
+#include "sparse_swa/dispatch_policy.h"
 
 namespace sparse_swa::cli {
 
@@ -21,6 +27,8 @@ struct BuildOptions {
   std::vector<std::string> inputs;
   std::string backend = "cpu";
   std::string format = "json";
+  std::string consumer;   // empty: the reference's output only
+  DeploymentShape shape;  // for the consumer's dispatch check; heads from --heads
 };
 
 Status build_one(const BuildOptions& opts, const std::string& input) {
@@ -40,6 +48,12 @@ Status build_one(const BuildOptions& opts, const std::string& input) {
   } else {
     auto json = metadata_to_json(md, plans.value());
     SPARSE_SWA_RETURN_IF_ERROR(json.status());
+    if (!opts.consumer.empty()) {
+      auto consumer =
+          consumer_to_json(opts.consumer, file->config, md, file->batch_input(), opts.shape);
+      SPARSE_SWA_RETURN_IF_ERROR(consumer.status());
+      json.value()["consumer"] = std::move(consumer).value();
+    }
     std::cout << dump_python_style(json.value()) << "\n";
   }
   return flush_stdout();
@@ -65,7 +79,21 @@ void add_build_command(CLI::App& app, int* exit_code) {
                   "json: the reference's one-line JSON; table: for people")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
+  CLI::Option* consumer =
+      cmd->add_option("--consumer", opts->consumer,
+                      "also print the consumer-side matrices (mixed, ragged, combined prefill; "
+                      "SWA-only layer) and the dispatch check of this kernel family, under the "
+                      "key \"consumer\" (json format only)")
+          ->check(CLI::IsMember(builtin_policy_names()));
+  cmd->add_option("--heads", opts->shape.heads,
+                  "query heads per rank for the consumer's dispatch check")
+      ->check(CLI::PositiveNumber)
+      ->needs(consumer)
+      ->capture_default_str();
   cmd->callback([opts, exit_code] {
+    if (!opts->consumer.empty() && opts->format != "json") {
+      throw CLI::ValidationError("--consumer", "needs --format json, got --format " + opts->format);
+    }
     const Status status = run_build(*opts);
     *exit_code = status.ok() ? kExitOk : report_error(status);
   });
