@@ -213,6 +213,97 @@ else
   fail "demo" "exit $rc" "$(head -c 300 "$TMP/err")"
 fi
 
+# --- build --consumer NAME: one more key, "consumer", after the reference's keys ---------------
+# Without --consumer the output is byte for byte the expected file (the reference diff).
+for expected in "$DATA"/*.expected.json; do
+  batch=${expected%.expected.json}.json
+  name=$(basename "$batch" .json)
+  run build --input "$batch"
+  if [[ $rc -eq 0 ]] && cmp -s "$TMP/out" "$expected"; then
+    pass "build $name without --consumer: byte-identical to $(basename "$expected")"
+  else
+    fail "build $name without --consumer: byte-identical to $(basename "$expected")" "exit $rc" \
+      "$(cmp "$TMP/out" "$expected" 2>&1 | head -c 200)"
+  fi
+done
+
+# consumer_matches FILE EXPECTED NAME: the reference keys equal EXPECTED's, then "consumer" last
+# with §6 example 1's SWA-only golden values (mixed_mtp.json).
+consumer_matches() {
+  python3 - "$1" "$2" "$3" <<'EOF2'
+import json, sys
+text = open(sys.argv[1]).read()
+expected = json.load(open(sys.argv[2]))
+if text.count("\n") != 1 or not text.endswith("\n"):
+    sys.exit("output is not exactly one line")
+actual = json.loads(text)
+if list(actual) != list(expected) + ["consumer"]:
+    sys.exit(f"keys: {list(actual)}")
+bad = [k for k in expected if actual[k] != expected[k]]
+if bad:
+    sys.exit(f"reference fields differ: {bad}")
+c = actual["consumer"]
+checks = {
+    "name": (c["name"], sys.argv[3]),
+    "mixed.lens": (c["mixed"]["lens"], [8] * 7),
+    "mixed.indices[1]": (c["mixed"]["indices"][1], [20, 21, 22, 23, 44, -1, -1, -1]),
+    "mixed.swa_lens": (c["mixed"]["swa_lens"], [8, 5, 6, 7, 8, 8, 8]),
+    "ragged.indptr": (c["ragged"]["indptr"], [0, 8, 13, 19]),
+    "combined_prefill[0].rows[0][:8]": (c["combined_prefill"][0]["rows"][0][:8],
+                                        [0, 1, 2, 3, 4, 5, 6, -1]),
+    "combined_prefill[0].lens": (c["combined_prefill"][0]["lens"], [7, 8, 8, 8]),
+}
+wrong = [f"{k}: got {a}, expected {e}" for k, (a, e) in checks.items() if a != e]
+if wrong:
+    sys.exit("; ".join(wrong))
+if not isinstance(c["dispatch"]["accepted"], bool):
+    sys.exit("dispatch.accepted is not a bool")
+EOF2
+}
+
+for consumer in flashmla_sparse_decode flashinfer_sm120_decode flashinfer_sm100 rocm_ragged sparse_swa; do
+  run build --input "$DATA/mixed_mtp.json" --consumer "$consumer"
+  if [[ $rc -ne 0 || -s "$TMP/err" ]]; then
+    fail "build --consumer $consumer" "exit $rc" "$(head -c 400 "$TMP/err")"
+  elif ! msg=$(consumer_matches "$TMP/out" "$DATA/mixed_mtp.expected.json" "$consumer" 2>&1); then
+    fail "build --consumer $consumer" "$msg"
+  else
+    pass "build --consumer $consumer (reference keys unchanged, consumer key last)"
+  fi
+done
+
+run build --input "$DATA/mixed_mtp.json" --consumer flashmla_sparse_decode --heads 128
+if [[ $rc -eq 0 ]] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["consumer"]["dispatch"]
+assert d["heads"] == 128 and d["accepted"] is False, d
+assert d["first_rejected"].startswith("decode causal swaonly: heads 128, topk 8"), d
+' "$TMP/out" 2>"$TMP/py"; then
+  pass "build --consumer flashmla_sparse_decode --heads 128 (W 8 rejected, tuple named)"
+else
+  fail "build --consumer flashmla_sparse_decode --heads 128" "exit $rc" "$(head -c 400 "$TMP/py")"
+fi
+
+run build --input "$DATA/mixed_mtp.json" --input "$DATA/padded_decode.json" --consumer sparse_swa
+if [[ $rc -eq 0 ]] && [[ $(wc -l <"$TMP/out") -eq 2 ]] &&
+  [[ $(grep -c '"consumer": {"name": "sparse_swa"' "$TMP/out") -eq 2 ]]; then
+  pass "build two inputs --consumer (one line each, consumer key on both)"
+else
+  fail "build two inputs --consumer" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+expect_error "unknown --consumer" 2 \
+  "--consumer: flashattention not in {flashmla_sparse_decode,flashinfer_sm120_decode,flashinfer_sm100,rocm_ragged,sparse_swa}" \
+  build --input "$DATA/mixed_mtp.json" --consumer flashattention
+expect_error "--heads without --consumer" 2 "--heads requires --consumer" \
+  build --input "$DATA/mixed_mtp.json" --heads 8
+expect_error "--heads 0" 2 "--heads" \
+  build --input "$DATA/mixed_mtp.json" --consumer sparse_swa --heads 0
+expect_error "--consumer with --format table" 2 "--consumer: needs --format json" \
+  build --input "$DATA/mixed_mtp.json" --consumer sparse_swa --format table
+expect_error "--consumer, invalid batch: exit 1" 1 "batch.seq_lens[1]" \
+  build --input "$TMP/float_int.json" --consumer sparse_swa
+
 # --- The CUDA backend: the same output on a GPU build with a device, else exit 1 + message ---
 run build --input "$DATA/mixed_mtp.json" --backend cuda
 if [[ $rc -eq 0 ]]; then
@@ -233,6 +324,19 @@ elif [[ $rc -eq 1 ]] && grep -q "^sparse-swa: error: .*cuda" "$TMP/err"; then
   pass "demo --backend cuda without a usable CUDA backend: exit 1"
 else
   fail "demo --backend cuda" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+run build --input "$DATA/mixed_mtp.json" --backend cuda --consumer rocm_ragged
+if [[ $rc -eq 0 ]]; then
+  if msg=$(consumer_matches "$TMP/out" "$DATA/mixed_mtp.expected.json" rocm_ragged 2>&1); then
+    pass "build --backend cuda --consumer rocm_ragged (host consumers on the copied metadata)"
+  else
+    fail "build --backend cuda --consumer rocm_ragged" "$msg"
+  fi
+elif [[ $rc -eq 1 && ! -s "$TMP/out" ]] && grep -q "^sparse-swa: error: .*cuda" "$TMP/err"; then
+  pass "build --backend cuda --consumer without a usable CUDA backend: exit 1"
+else
+  fail "build --backend cuda --consumer rocm_ragged" "exit $rc" "$(head -c 300 "$TMP/err")"
 fi
 
 echo "$passed passed, $failed failed"
