@@ -29,7 +29,9 @@ fail() { echo "FAILED: $*"; failures+=("$*"); }
 
 if [[ "${SKIP_ASAN:-0}" != 1 ]]; then
   step "ASan+UBSan build in $ASAN_DIR"
-  if cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPARSE_SWA_SANITIZE=ON \
+  # -O1: the sanitizers' usual level, and a third less compile time than -O2 on 2 cores.
+  if cmake -S . -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DSPARSE_SWA_SANITIZE=ON \
        -DSPARSE_SWA_CUDA=OFF -DSPARSE_SWA_BENCH=OFF -DSPARSE_SWA_PYTHON=OFF >/dev/null &&
      cmake --build "$ASAN_DIR" -j "$JOBS"; then
     step "ctest in $ASAN_DIR"
@@ -65,6 +67,7 @@ fi
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   step "libFuzzer build in $FUZZ_DIR"
   if cmake -S . -B "$FUZZ_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" \
        -DSPARSE_SWA_FUZZ=ON -DSPARSE_SWA_CUDA=OFF -DSPARSE_SWA_TESTS=OFF -DSPARSE_SWA_BENCH=OFF \
        -DSPARSE_SWA_CLI=OFF -DSPARSE_SWA_PYTHON=OFF >/dev/null &&
      cmake --build "$FUZZ_DIR" -j "$JOBS"; then

@@ -199,7 +199,9 @@ bool within_e4m3(float x, float y, int e) {
   return std::fabs(double{x} - y) <= tol;
 }
 bool within_bf16(float x, float y) {
-  return std::fabs(double{x} - y) <= std::fabs(double{x}) / 256.0 * 1.0001;
+  // Relative 2^-8 for normals; half the smallest bf16 subnormal (2^-134) below that.
+  const double tol = std::max(std::fabs(double{x}) / 256.0 * 1.0001, std::ldexp(1.0, -134));
+  return std::fabs(double{x} - y) <= tol;
 }
 
 void fuzz_round_trip(FuzzedDataProvider& in) {
