@@ -33,6 +33,8 @@ fi
 if has tests; then
   step gtest "$B/sparse_swa_tests" --gtest_brief=1
   grep -E "^\[  FAILED|largest|compared" "$LOGS/gtest.log" | sort -u
+  TAIL=5 step cli_contract env SPARSE_SWA_CLI="$B/sparse-swa" SPARSE_SWA_TEST_DATA=tests/data \
+    bash tests/cli/cli_contract_test.sh
 fi
 if has refdiff; then
   d=$(mktemp -d)

@@ -1,5 +1,6 @@
 // sparse-swa: DeepSeek-V4 sparse sliding-window attention metadata from the command line.
 //   sparse-swa build --input BATCH.json [--input ...] [--backend cpu|cuda] [--format json|table]
+//                    [--consumer NAME [--heads H]]
 //   sparse-swa demo [--backend cpu|cuda]
 //   sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE]
 //   sparse-swa attend [--backend cpu|cuda] [--heads H] ...   (sparse MLA attention vs reference)
