@@ -84,7 +84,7 @@ if has python; then
 fi
 if has sanitize; then
   # Fewer random cases under the sanitizers: they run the same kernels far slower.
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck; do
     TAIL=8 step "sanitize_$tool" timeout "${SANITIZE_TIMEOUT:-200}" env SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200 compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-Cuda*:ConsumersCuda*:KvCodecCuda*:AttentionCuda.*}" --gtest_brief=1
   done
