@@ -83,10 +83,16 @@ if has python; then
     --anchors .shared/anchors
 fi
 if has sanitize; then
-  # Fewer random cases under the sanitizers: they run the same kernels far slower.
-  for tool in memcheck racecheck initcheck; do
-    TAIL=8 step "sanitize_$tool" timeout "${SANITIZE_TIMEOUT:-200}" env SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200 compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-Cuda*:ConsumersCuda*:KvCodecCuda*:AttentionCuda.*}" --gtest_brief=1
+  # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,
+  # much slower, over the builder, consumer, codec and attention-kernel tests. Fewer random cases
+  # under the sanitizers: they run the same kernels far slower.
+  export SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200
+  for tool in memcheck initcheck racecheck; do
+    filter='*Cuda*'
+    [[ $tool == racecheck ]] && filter='CudaBuilder*:ConsumersCuda*:*KvCodecCuda*:AttentionCuda.*'
+    TAIL=8 step "sanitize_$tool" timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer \
+      --tool "$tool" --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter="$filter" \
+      --gtest_brief=1
   done
 fi
 echo "failed steps: ${failed[*]:-none}"
