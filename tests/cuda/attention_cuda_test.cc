@@ -18,47 +18,17 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
+#include "cuda/device_array.h"
 #include "sparse_swa/attention.h"
 #include "support/status_matchers.h"
 
 namespace sparse_swa {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device"
-
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 constexpr int32_t kPoisonSlots = 16;  // slots [0, 16) hold NaN / huge keys, never inside lens
 
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  void upload(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    EXPECT_EQ(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-  void poison() {
-    EXPECT_EQ(cudaMemset(p_, 0xff, std::max<size_t>(n_, 1) * sizeof(T)), cudaSuccess);
-  }
-  T* get() const { return p_; }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
+using testing::DeviceArray;
 
 // One paged cache on the host: num_slots random keys (row scales vary), slots [0, 16) poisoned.
 struct HostCache {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_metadata_builder.h"
+#include "cuda/device_array.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
 #include "support/random_batch.h"
@@ -21,9 +22,6 @@ using testing::first_difference;
 using testing::MetadataSnapshot;
 using testing::RandomBatch;
 using testing::TestBatch;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device"
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
+#include "cuda/device_array.h"
 #include "sparse_swa/kv_cache.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/status_matchers.h"
@@ -18,36 +19,7 @@
 namespace sparse_swa {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device"
-
-// A device allocation of n elements of T (at least one).
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  void upload(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    EXPECT_EQ(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-  T* get() const { return p_; }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
+using testing::DeviceArray;
 
 // Rows with every kind of value: normals across 2^-30..2^30, zeros, tiny subnormals, exact
 // e4m3 ties, values past 448 * 2^e, NaN and +-inf.
