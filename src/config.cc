@@ -14,6 +14,11 @@ constexpr int64_t kMaxRowWidth = int64_t{1} << 24;
 // Largest persistent index buffer (elements) the builder will allocate.
 constexpr int64_t kMaxBufferElements = int64_t{1} << 31;
 constexpr int64_t kDsparkAlignment = 64;
+// Bounds that keep every persistent buffer allocatable (8 GiB in all at most).
+constexpr int64_t kMaxNumSeqs = int64_t{1} << 24;
+constexpr int64_t kMaxBufferBytes = int64_t{8} << 30;
+constexpr int64_t kPerTokenArrays = 8;    // mapping, validity, lens, visibility, spans
+constexpr int64_t kPerRequestArrays = 6;  // span indptr, gather lens, host plan copies
 }  // namespace
 
 std::vector<std::string> LayerTypeSet::sorted_names() const {
@@ -148,6 +153,28 @@ Status validate_config(const BuilderConfig& c) {
                               " x max_num_batched_tokens exceeds the ", kMaxBufferElements,
                               "-element index buffer limit");
     }
+  }
+  if (c.max_num_seqs > kMaxNumSeqs) {
+    return invalid_argument("config.max_num_seqs: expected <= ", kMaxNumSeqs, ", got ",
+                            c.max_num_seqs);
+  }
+  // Every persistent buffer together (index rows of each kind, per-token and per-request
+  // arrays) must stay within one budget, so that a valid config cannot exhaust memory.
+  const int64_t noncausal_width =
+      c.speculative_method == SpeculativeMethod::kDspark
+          ? std::max<int64_t>(
+                c.noncausal_index_width,
+                formulas::round_up(
+                    c.window_size + std::max<int64_t>(theta, c.num_speculative_tokens), 64))
+          : 0;
+  const int64_t row_elements = c.window_size + noncausal_width + c.window_size +
+                               int64_t{c.max_image_tokens} + kPerTokenArrays;
+  const int64_t total_bytes =
+      4 * (row_elements * c.max_num_batched_tokens + kPerRequestArrays * int64_t{c.max_num_seqs});
+  if (total_bytes > kMaxBufferBytes) {
+    return invalid_argument("config: the builder's buffers for max_num_batched_tokens = ",
+                            c.max_num_batched_tokens, " and max_num_seqs = ", c.max_num_seqs,
+                            " would take ", total_bytes, " bytes; expected <= ", kMaxBufferBytes);
   }
   if (c.max_model_len > kInt32Max) {
     return invalid_argument("config.max_model_len: expected <= ", kInt32Max, ", got ",

@@ -1,5 +1,7 @@
 #include "sparse_swa/metadata_builder.h"
 
+#include <new>
+
 #include "cpu/cpu_metadata_builder.h"
 
 #if SPARSE_SWA_HAS_CUDA
@@ -24,7 +26,14 @@ StatusOr<std::unique_ptr<MetadataBuilder>> MetadataBuilder::create(const Builder
   SPARSE_SWA_RETURN_IF_ERROR(validate_config(config));
   const DerivedConfig derived = derive_config(config);
   if (backend == Backend::kCpu) {
-    return std::unique_ptr<MetadataBuilder>(new detail::CpuMetadataBuilder(config, derived));
+    try {
+      return std::unique_ptr<MetadataBuilder>(new detail::CpuMetadataBuilder(config, derived));
+    } catch (const std::bad_alloc&) {
+      return unavailable(
+          "MetadataBuilder::create: out of host memory for the persistent buffers "
+          "(max_num_batched_tokens = ",
+          config.max_num_batched_tokens, ")");
+    }
   }
 #if SPARSE_SWA_HAS_CUDA
   return detail::create_cuda_metadata_builder(config, derived, cuda_stream);

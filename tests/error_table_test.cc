@@ -112,6 +112,21 @@ using ApiCase = std::function<Status()>;
 
 const std::map<std::string, ApiCase>& api_cases() {
   static const auto* cases = new std::map<std::string, ApiCase>{
+      {"api_config_max_num_seqs",
+       [] {
+         BaseStep s;
+         BuilderConfig c = s.file.config;
+         c.max_num_seqs = int32_t{1} << 30;
+         return validate_config(c);
+       }},
+      {"api_config_buffer_budget",
+       [] {
+         BaseStep s;
+         BuilderConfig c = s.file.config;
+         c.window_size = 1000;  // each buffer within its limit, all of them past 8 GiB
+         c.max_num_batched_tokens = int32_t{1} << 21;
+         return validate_config(c);
+       }},
       {"api_config_max_model_len",
        [] {
          BaseStep s;

@@ -45,9 +45,20 @@ StatusOr<detail::CombineChunk> resolve_chunk(const SwaMetadata& md, const ChunkP
     return invalid_argument("prefill_local: a compress_ratio ", ratio,
                             " layer needs the prefill top-k, got none");
   }
+  if (md.window_size < 1) {
+    return invalid_argument("metadata.window_size: expected >= 1, got ", md.window_size);
+  }
+  // Host planning arrays: 0 <= ql <= seq, sums in int64 (metadata may be corrupted).
+  int64_t first_token = md.num_decode_tokens, rows = 0;
+  for (int32_t p = 0; p < chunk.end; ++p) {
+    const int64_t seq = md.prefill_seq_lens_host[p], ql = md.prefill_query_lens_host[p];
+    if (ql < 0 || ql > seq) {
+      return invalid_argument("metadata.prefill_query_lens_host[", p, "]: expected 0..",
+                              "prefill_seq_lens_host[", p, "] = ", seq, ", got ", ql);
+    }
+    if (p < chunk.start) first_token += ql;
+  }
   detail::CombineChunk c;
-  c.first_token = md.num_decode_tokens;
-  for (int32_t p = 0; p < chunk.start; ++p) c.first_token += md.prefill_query_lens_host[p];
   for (int32_t p = chunk.start; p < chunk.end; ++p) {
     const int64_t seq = md.prefill_seq_lens_host[p], ql = md.prefill_query_lens_host[p];
     const int64_t gather = ql + std::clamp<int64_t>(seq - ql, 0, md.window_size - 1);
@@ -60,13 +71,15 @@ StatusOr<detail::CombineChunk> resolve_chunk(const SwaMetadata& md, const ChunkP
       return invalid_argument("chunk.compressed_width: expected >= seq_len / ratio = ", seq, " / ",
                               ratio, " for prefill request ", p, ", got ", chunk.compressed_width);
     }
-    c.rows += static_cast<int32_t>(ql);
+    rows += ql;
   }
-  if (int64_t{c.first_token} + c.rows > int64_t{md.num_decode_tokens} + md.num_prefill_tokens) {
-    return invalid_argument("metadata.prefill_query_lens_host: chunk tokens [", c.first_token, ", ",
-                            c.first_token + c.rows, ") pass the ", md.num_prefill_tokens,
+  if (first_token + rows > int64_t{md.num_decode_tokens} + md.num_prefill_tokens) {
+    return invalid_argument("metadata.prefill_query_lens_host: chunk tokens [", first_token, ", ",
+                            first_token + rows, ") pass the ", md.num_prefill_tokens,
                             " prefill tokens");
   }
+  c.first_token = static_cast<int32_t>(first_token);  // both fit: bounded by T above
+  c.rows = static_cast<int32_t>(rows);
   c.first_request = md.num_decodes + chunk.start;
   c.num_requests = chunk.end - chunk.start;
   c.compressed_width = static_cast<int32_t>(chunk.compressed_width);

@@ -198,7 +198,7 @@ StatusOr<TokenWindow> host_token_window(const ConsumerStep& step, int32_t t, boo
     return invalid_argument("metadata.token_to_req_indices[", t, "]: expected 0..", md.num_reqs - 1,
                             ", got ", r);
   }
-  const int32_t qs = b.query_start_loc[r], qe = b.query_start_loc[r + 1];
+  const int64_t qs = b.query_start_loc[r], qe = b.query_start_loc[r + 1];
   if (t < qs || t >= qe) {
     return invalid_argument("token ", t, ": maps to request ", r,
                             " but batch.query_start_loc gives that request tokens [", qs, ", ", qe,
@@ -217,9 +217,10 @@ StatusOr<TokenWindow> host_token_window(const ConsumerStep& step, int32_t t, boo
   if (with_image) {
     left = md.left_visible[t];
     right = md.right_visible[t];
-    if (left < 0 || right < 0) {
-      return invalid_argument("metadata.left_visible/right_visible[", t, "]: expected >= 0, got ",
-                              left, " / ", right);
+    // Bounded as the builder writes them: left <= pos, right < seq_len - pos.
+    if (left < 0 || right < 0 || left > tw.pos || right > int64_t{seq} - 1 - tw.pos) {
+      return invalid_argument("metadata.left_visible/right_visible[", t, "]: expected 0..", tw.pos,
+                              " / 0..", int64_t{seq} - 1 - tw.pos, ", got ", left, " / ", right);
     }
   }
   tw.window = formulas::causal_window(tw.pos, md.window_size, left, right);
