@@ -29,7 +29,12 @@ from ._sparse_swa import (
     SwaMetadata,
     __version__,
     cuda_available,
+    decode_kv,
+    encode_kv,
     has_cuda_backend,
+    page_layout,
+    sparse_attention,
+    to_ragged,
 )
 
 __all__ = [
@@ -38,5 +43,10 @@ __all__ = [
     "SwaMetadata",
     "__version__",
     "cuda_available",
+    "decode_kv",
+    "encode_kv",
     "has_cuda_backend",
+    "page_layout",
+    "sparse_attention",
+    "to_ragged",
 ]

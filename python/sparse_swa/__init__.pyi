@@ -83,6 +83,14 @@ class SwaMetadata:
         """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size."""
     def copy(self) -> SwaMetadata:
         """A snapshot with owned array copies; later builds leave it alone."""
+    def mixed_matrix(self) -> tuple[Array, Array, Array]:
+        """SWA-only mixed matrix as new host arrays: (indices [T, row_width] int32, lens [T]
+        int32, swa_lens [T] int32). Host metadata of the last build() only."""
+    def combined_prefill(
+        self, compress_ratio: int = 1, chunk_size: int = 4
+    ) -> list[tuple[tuple[int, int, int, int], Array, Array]]:
+        """SWA-only FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32,
+        lens [n] int32). compress_ratio other than 1 raises NotImplementedError."""
 
 class MetadataBuilder:
     """The per-step SWA metadata builder (CPU backend for host arrays, CUDA for device)."""
@@ -139,3 +147,35 @@ class MetadataBuilder:
     def cuda_stream(self) -> int: ...
     @property
     def backends(self) -> list[str]: ...
+
+def to_ragged(indices: Array, lens: Array) -> tuple[Array, Array]:
+    """Host indices [rows, width] int32 + lens [rows] int32 -> (indptr [rows + 1] int32,
+    flat [indptr[-1]] int32)."""
+
+def page_layout(
+    block_size: int, dtype: str = "fp8_ds_mla", consumer: str = "flashmla"
+) -> dict[str, Any]:
+    """The SWA cache page layout: block_size, dtype, consumer, head_size, token_bytes,
+    content_bytes, alignment, page_bytes."""
+
+def encode_kv(
+    cache: Array, block_size: int, rows: Array, slots: Array, dtype: str = "fp8_ds_mla"
+) -> None:
+    """Writes rows [n, 512] float32 into the host uint8 cache [num_blocks, page_bytes] at slots
+    [n] int64 (-1 = skip), in place."""
+
+def decode_kv(cache: Array, block_size: int, slots: Array, dtype: str = "fp8_ds_mla") -> Array:
+    """Reads slots [n] int64 back -> float32 [n, 512] (slot -1: zeros)."""
+
+def sparse_attention(
+    q: Array,
+    swa_cache: Array,
+    swa_block_size: int,
+    indices: Array,
+    lens: Array,
+    scale: float | None = None,
+    sinks: Array | None = None,
+    dtype: str = "fp8_ds_mla",
+) -> tuple[Array, Array]:
+    """CPU-backend sparse attention: q [T, H, 512] uint16 bf16 bits -> (out [T, H, 512] uint16
+    bf16 bits, lse [T, H] float32, +inf for a row without keys). Host arrays only for now."""

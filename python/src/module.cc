@@ -4,8 +4,10 @@
 
 #include <string>
 
+#include "attention_binding.h"
 #include "builder_binding.h"
 #include "config_binding.h"
+#include "consumers_binding.h"
 #include "metadata_binding.h"
 #include "sparse_swa/metadata_builder.h"
 #include "status_exceptions.h"
@@ -40,6 +42,8 @@ NB_MODULE(_sparse_swa, m) {
   sparse_swa::python::bind_config(m);
   sparse_swa::python::bind_metadata(m);
   sparse_swa::python::bind_builder(m);
+  sparse_swa::python::bind_consumers(m);
+  sparse_swa::python::bind_attention(m);
   m.def("cuda_available", &sparse_swa::cuda_backend_available,
         "True when this build has the CUDA backend and a CUDA device is usable.");
   m.attr("has_cuda_backend") = bool(SPARSE_SWA_PYTHON_HAS_CUDA);

@@ -1,0 +1,233 @@
+#include "attention_binding.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "consumers_binding.h"
+#include "sparse_swa/attention.h"
+#include "sparse_swa/kv_cache.h"
+#include "status_exceptions.h"
+
+namespace sparse_swa::python {
+
+namespace {
+
+const char* dtype_label(const nb::dlpack::dtype& d) {
+  if (d == nb::dtype<uint8_t>()) return "uint8";
+  if (d == nb::dtype<uint16_t>()) return "uint16";
+  if (d == nb::dtype<int32_t>()) return "int32";
+  if (d == nb::dtype<int64_t>()) return "int64";
+  if (d == nb::dtype<float>()) return "float32";
+  return "another dtype";
+}
+
+// Host T array of `ndim` dimensions seen as [shape(0), product of the rest] with C-contiguous
+// rows. Device arrays: NotImplementedError (this binding runs the CPU backend only).
+template <typename T, typename Array>
+MatrixView<T> host_matrix(const Array& a, std::string_view field, const char* want, size_t ndim) {
+  if (a.device_type() != nb::device::cpu::value) {
+    raise_status(unimplemented(field, ": host (cpu) arrays only for now"));
+  }
+  if (a.dtype() != nb::dtype<std::remove_const_t<T>>()) {
+    raise_value_error(str_cat(field, ": expected dtype ", want, ", got ", dtype_label(a.dtype())));
+  }
+  if (a.ndim() != ndim) {
+    raise_value_error(str_cat(field, ": expected ", ndim, " dimensions, got ", a.ndim()));
+  }
+  int64_t cols = 1;
+  for (size_t d = ndim; d-- > 1;) {
+    if (a.shape(d) > 1 && a.stride(d) != cols) {
+      raise_value_error(str_cat(field, ": expected C-contiguous rows, got stride ", a.stride(d),
+                                " in dimension ", d));
+    }
+    cols *= static_cast<int64_t>(a.shape(d));
+  }
+  const auto rows = static_cast<int64_t>(ndim == 0 ? 1 : a.shape(0));
+  const int64_t stride = rows > 1 ? a.stride(0) : cols;
+  if (stride < cols) {
+    raise_value_error(str_cat(field, ": expected a row stride >= ", cols, ", got ", stride));
+  }
+  return {static_cast<T*>(const_cast<void*>(static_cast<const void*>(a.data()))), rows, cols,
+          stride, MemorySpace::kHost};
+}
+
+template <typename T>
+MatrixView<const T> input_matrix(nb::handle obj, std::string_view field, const char* want,
+                                 size_t ndim) {
+  nb::ndarray<nb::ro> a;
+  if (!nb::try_cast(obj, a, /*convert=*/false)) {
+    raise_value_error(
+        str_cat(field, ": expected a ", want, " array, got ", nb::type_name(obj.type()).c_str()));
+  }
+  return host_matrix<const T>(a, field, want, ndim);
+}
+
+// 1-D inputs are [1, n] matrices of one contiguous row.
+template <typename T>
+std::span<const T> input_vector(nb::handle obj, std::string_view field, const char* want) {
+  const MatrixView<const T> m = input_matrix<T>(obj, field, want, 1);
+  if (m.rows > 1 && m.stride != 1) {
+    raise_value_error(
+        str_cat(field, ": expected a contiguous array (stride 1), got stride ", m.stride));
+  }
+  return {m.data, static_cast<size_t>(m.rows)};
+}
+
+CacheDtype dtype_from(const std::string& name) {
+  auto d = parse_cache_dtype(name);
+  throw_if_error(d.status());
+  return d.value();
+}
+
+CacheConsumer consumer_from(const std::string& name) {
+  if (name == "flashmla") return CacheConsumer::kFlashMla;
+  if (name == "flashinfer") return CacheConsumer::kFlashInfer;
+  raise_value_error(
+      str_cat("consumer: expected \"flashmla\" or \"flashinfer\", got \"", name, "\""));
+}
+
+nb::dict page_layout_dict(int block_size, const std::string& dtype, const std::string& consumer) {
+  auto layout = page_layout(block_size, dtype_from(dtype), consumer_from(consumer));
+  throw_if_error(layout.status());
+  const PageLayout& l = layout.value();
+  nb::dict d;
+  d["block_size"] = l.block_size;
+  d["dtype"] = cache_dtype_name(l.dtype);
+  d["consumer"] = cache_consumer_name(l.consumer);
+  d["head_size"] = l.head_size;
+  d["token_bytes"] = l.token_bytes;
+  d["content_bytes"] = l.content_bytes;
+  d["alignment"] = l.alignment;
+  d["page_bytes"] = l.page_bytes;
+  return d;
+}
+
+// A [num_blocks, page_stride_bytes] uint8 host cache.
+template <typename Void, typename Array>
+BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_t block_size,
+                                  const std::string& dtype) {
+  using Byte = std::conditional_t<std::is_const_v<Void>, const uint8_t, uint8_t>;
+  const MatrixView<Byte> m = host_matrix<Byte>(a, field, "uint8", 2);
+  const int64_t stride = a.shape(0) > 1 ? m.stride : m.cols;
+  return {m.data, m.rows, block_size, stride, dtype_from(dtype), MemorySpace::kHost};
+}
+
+ConstKvCacheView input_cache(nb::handle obj, std::string_view field, int32_t block_size,
+                             const std::string& dtype) {
+  nb::ndarray<nb::ro> a;
+  if (!nb::try_cast(obj, a, /*convert=*/false)) {
+    raise_value_error(
+        str_cat(field, ": expected a uint8 array, got ", nb::type_name(obj.type()).c_str()));
+  }
+  return cache_view<const void>(a, field, block_size, dtype);
+}
+
+void encode_kv(nb::handle cache_obj, int32_t block_size, nb::handle rows_obj, nb::handle slots_obj,
+               const std::string& dtype) {
+  nb::ndarray<> cache_array;
+  if (!nb::try_cast(cache_obj, cache_array, /*convert=*/false)) {
+    raise_value_error(str_cat("cache: expected a writable uint8 array, got ",
+                              nb::type_name(cache_obj.type()).c_str()));
+  }
+  const KvCacheView cache = cache_view<void>(cache_array, "cache", block_size, dtype);
+  const MatrixView<const float> rows = input_matrix<float>(rows_obj, "rows", "float32", 2);
+  const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
+  throw_if_error(encode_kv_rows(rows, slots, cache));
+}
+
+nb::object decode_kv(nb::handle cache_obj, int32_t block_size, nb::handle slots_obj,
+                     const std::string& dtype) {
+  const ConstKvCacheView cache = input_cache(cache_obj, "cache", block_size, dtype);
+  const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
+  auto [out, data] = new_host_array<float>({slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
+  const MatrixView<float> view{data, static_cast<int64_t>(slots.size()), kHeadDim, kHeadDim,
+                               MemorySpace::kHost};
+  throw_if_error(decode_kv_rows(cache, slots, view));
+  return out;
+}
+
+std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
+                                             int32_t block_size, nb::handle indices_obj,
+                                             nb::handle lens_obj, std::optional<float> scale,
+                                             nb::handle sinks_obj, const std::string& dtype) {
+  nb::ndarray<nb::ro> q_array;
+  if (!nb::try_cast(q_obj, q_array, /*convert=*/false)) {
+    raise_value_error(str_cat("q: expected a uint16 (bf16 bits) array, got ",
+                              nb::type_name(q_obj.type()).c_str()));
+  }
+  const MatrixView<const uint16_t> q = host_matrix<const uint16_t>(q_array, "q", "uint16", 3);
+  const size_t tokens = q_array.shape(0);
+  const size_t heads = q_array.shape(1);
+  const size_t dim = q_array.shape(2);
+  if (tokens > 1 && q.stride != q.cols) {
+    raise_value_error(str_cat("q: expected a contiguous array, got row stride ", q.stride));
+  }
+  const MatrixView<const int32_t> idx = input_matrix<int32_t>(indices_obj, "indices", "int32", 2);
+  const std::span<const int32_t> lens = input_vector<int32_t>(lens_obj, "lens", "int32");
+  if (static_cast<int64_t>(lens.size()) != idx.rows) {
+    raise_value_error(
+        str_cat("lens: expected ", idx.rows, " entries (the rows of indices), got ", lens.size()));
+  }
+  std::span<const float> sinks;
+  if (!sinks_obj.is_none()) {
+    sinks = input_vector<float>(sinks_obj, "sinks", "float32");
+    if (sinks.size() != heads) {
+      raise_value_error(
+          str_cat("sinks: expected ", heads, " entries (one per head), got ", sinks.size()));
+    }
+  }
+  auto [out, out_data] = new_host_array<uint16_t>({tokens, heads, dim}, 0);
+  auto [lse, lse_data] = new_host_array<float>({tokens, heads}, 0.0f);
+  SparseAttentionParams p;
+  p.num_tokens = static_cast<int64_t>(tokens);
+  p.num_heads = static_cast<int32_t>(heads);
+  p.q = q.data;
+  p.swa_cache = input_cache(cache_obj, "swa_cache", block_size, dtype);
+  p.swa_indices = {idx.data,   lens.data(), idx.rows,          static_cast<int32_t>(idx.cols),
+                   idx.stride, 0,           MemorySpace::kHost};
+  p.sinks = sinks.empty() ? nullptr : sinks.data();
+  p.softmax_scale = scale.value_or(kDefaultSoftmaxScale);
+  p.out = out_data;
+  p.lse = lse_data;
+  if (dim != static_cast<size_t>(kHeadDim)) {
+    raise_value_error(str_cat("q: expected head dim ", kHeadDim, ", got ", dim));
+  }
+  throw_if_error(sparse_attention(p, Backend::kCpu));
+  return {out, lse};
+}
+
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def("page_layout", &page_layout_dict, nb::arg("block_size"), nb::arg("dtype") = "fp8_ds_mla",
+        nb::arg("consumer") = "flashmla",
+        "The SWA cache page layout as a dict (block_size, dtype, consumer, head_size,\n"
+        "token_bytes, content_bytes, alignment, page_bytes). dtype: \"fp8_ds_mla\", \"bf16\"\n"
+        "or \"fp8_e4m3\"; consumer: \"flashmla\" or \"flashinfer\".");
+  m.def("encode_kv", &encode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("rows"),
+        nb::arg("slots"), nb::arg("dtype") = "fp8_ds_mla",
+        "Writes rows [n, 512] float32 into a host cache [num_blocks, page_stride_bytes] uint8\n"
+        "in place at slots [n] int64 (-1 = skip). Device arrays raise NotImplementedError.");
+  m.def("decode_kv", &decode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("slots"),
+        nb::arg("dtype") = "fp8_ds_mla",
+        "Reads slots [n] int64 of a host cache back -> new float32 [n, 512] (slot -1: zeros).");
+  m.def("sparse_attention", &attention, nb::arg("q"), nb::arg("swa_cache"),
+        nb::arg("swa_block_size"), nb::arg("indices"), nb::arg("lens"),
+        nb::arg("scale") = nb::none(), nb::arg("sinks") = nb::none(),
+        nb::arg("dtype") = "fp8_ds_mla",
+        "Sparse MLA attention on the CPU backend (double-precision reference, bf16 output):\n"
+        "q [T, H, 512] uint16 bf16 bits, swa_cache [num_blocks, page_stride_bytes] uint8,\n"
+        "indices [T, W] int32 slot ids (-1 = skip), lens [T] int32, scale (default 512**-0.5),\n"
+        "sinks [H] float32 or None -> (out [T, H, 512] uint16 bf16 bits, lse [T, H] float32;\n"
+        "+inf for a row without keys). Host arrays only: device arrays raise\n"
+        "NotImplementedError for now.");
+}
+
+}  // namespace sparse_swa::python

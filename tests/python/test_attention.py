@@ -1,0 +1,118 @@
+"""The KV cache codec and the sparse attention through Python (host numpy arrays, CPU backend)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import sparse_swa
+
+BLOCK = 64
+
+
+def to_bf16_bits(x):
+    """float32 -> bf16 bit patterns (uint16), round to nearest even (finite inputs)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def from_bf16_bits(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def new_cache(num_blocks, dtype="fp8_ds_mla", consumer="flashmla"):
+    layout = sparse_swa.page_layout(BLOCK, dtype, consumer)
+    return np.zeros((num_blocks, layout["page_bytes"]), dtype=np.uint8)
+
+
+def test_page_layout_golden():
+    assert sparse_swa.page_layout(64, "fp8_ds_mla", "flashmla") == {
+        "block_size": 64, "dtype": "fp8_ds_mla", "consumer": "flashmla", "head_size": 512,
+        "token_bytes": 584, "content_bytes": 37376, "alignment": 576, "page_bytes": 37440,
+    }
+    bf16 = sparse_swa.page_layout(64, "bf16", "flashinfer")
+    assert bf16["token_bytes"] == 1024 and bf16["page_bytes"] == 65536
+
+
+def test_codec_round_trip_within_fp8_bound():
+    rng = np.random.default_rng(7)
+    n = 20
+    rows = (rng.standard_normal((n, 512)) * rng.uniform(1e-3, 100, (n, 1))).astype(np.float32)
+    slots = rng.permutation(2 * BLOCK)[:n].astype(np.int64)
+    cache = new_cache(2)
+    sparse_swa.encode_kv(cache, BLOCK, rows, slots)
+    back = sparse_swa.decode_kv(cache, BLOCK, slots)
+    assert back.dtype == np.float32 and back.shape == (n, 512)
+    for i in range(n):
+        for tile in range(7):
+            x = rows[i, tile * 64:(tile + 1) * 64].astype(np.float64)
+            y = back[i, tile * 64:(tile + 1) * 64].astype(np.float64)
+            scale = 2.0 ** math.ceil(math.log2(max(np.abs(x).max(), 1e-4) / 448))
+            # e4m3: 3 mantissa bits (half-ulp 2^-4 relative), subnormal step 2^-9 of the scale.
+            assert (np.abs(x - y) <= np.abs(x) / 16 + scale * 2.0**-10 + 1e-30).all(), (i, tile)
+        rope = rows[i, 448:]
+        assert np.array_equal(back[i, 448:], from_bf16_bits(to_bf16_bits(rope)))
+    # Slot -1 is skipped on encode and decodes to zeros.
+    zero = sparse_swa.decode_kv(cache, BLOCK, np.array([-1], dtype=np.int64))
+    assert (zero == 0).all()
+
+
+def test_attention_single_key_equals_that_key_and_empty_row():
+    rng = np.random.default_rng(3)
+    key = rng.standard_normal((1, 512)).astype(np.float32)
+    cache = new_cache(2)
+    sparse_swa.encode_kv(cache, BLOCK, key, np.array([70], dtype=np.int64))
+    decoded = sparse_swa.decode_kv(cache, BLOCK, np.array([70], dtype=np.int64))[0]
+    heads = 4
+    q = to_bf16_bits(rng.standard_normal((2, heads, 512)).astype(np.float32))
+    indices = np.array([[-1, 70, -1], [70, -1, -1]], dtype=np.int32)
+    lens = np.array([2, 0], dtype=np.int32)  # row 0: one key (the -1 hole skipped); row 1: none
+    out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, indices, lens)
+    assert out.dtype == np.uint16 and out.shape == (2, heads, 512)
+    assert lse.dtype == np.float32 and lse.shape == (2, heads)
+    for h in range(heads):
+        assert np.array_equal(out[0, h], to_bf16_bits(decoded))
+        logit = 512**-0.5 * np.dot(from_bf16_bits(q[0, h]).astype(np.float64), decoded)
+        assert lse[0, h] == pytest.approx(logit, rel=1e-5, abs=1e-5)
+    assert np.isposinf(lse[1]).all()
+    assert (out[1] == 0).all()
+
+
+def test_attention_sinks_scale_the_output():
+    rng = np.random.default_rng(5)
+    key = rng.standard_normal((1, 512)).astype(np.float32)
+    cache = new_cache(1)
+    sparse_swa.encode_kv(cache, BLOCK, key, np.array([3], dtype=np.int64))
+    decoded = sparse_swa.decode_kv(cache, BLOCK, np.array([3], dtype=np.int64))[0]
+    q = np.zeros((1, 1, 512), dtype=np.uint16)  # q = 0: lse = 0
+    sinks = np.array([0.0], dtype=np.float32)  # out *= 1 / (1 + e^0) = 0.5
+    out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, np.array([[3]], dtype=np.int32),
+                                           np.array([1], dtype=np.int32), scale=1.0, sinks=sinks)
+    assert lse[0, 0] == 0.0
+    assert np.array_equal(out[0, 0], to_bf16_bits(decoded * np.float32(0.5)))
+
+
+def test_codec_and_attention_errors_name_the_field():
+    cache = new_cache(1)
+    rows = np.zeros((1, 512), dtype=np.float32)
+    with pytest.raises(ValueError, match="block_size"):
+        sparse_swa.page_layout(33, "fp8_ds_mla", "flashmla")
+    with pytest.raises(ValueError, match="consumer"):
+        sparse_swa.page_layout(64, "fp8_ds_mla", "nope")
+    with pytest.raises(ValueError, match="slot"):
+        sparse_swa.encode_kv(cache, BLOCK, rows, np.array([BLOCK], dtype=np.int64))
+    with pytest.raises(ValueError, match="rows: expected dtype float32, got int32"):
+        sparse_swa.encode_kv(cache, BLOCK, rows.astype(np.int32), np.array([0], dtype=np.int64))
+    with pytest.raises(ValueError, match="slots: expected a contiguous array"):
+        sparse_swa.decode_kv(cache, BLOCK, np.zeros(4, dtype=np.int64)[::2])
+    q = np.zeros((1, 1, 512), dtype=np.uint16)
+    idx = np.array([[0]], dtype=np.int32)
+    with pytest.raises(ValueError, match="lens: expected 1 entries"):
+        sparse_swa.sparse_attention(q, cache, BLOCK, idx, np.array([1, 1], dtype=np.int32))
+    with pytest.raises(ValueError, match="swa_indices"):
+        sparse_swa.sparse_attention(q, cache, BLOCK, np.array([[BLOCK]], dtype=np.int32),
+                                    np.array([1], dtype=np.int32))
+    with pytest.raises(ValueError, match="q: expected dtype uint16"):
+        sparse_swa.sparse_attention(q.astype(np.float32), cache, BLOCK, idx,
+                                    np.array([1], dtype=np.int32))
