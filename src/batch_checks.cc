@@ -246,4 +246,55 @@ Status build_span_csr(std::span<const ImageSpan> spans, std::span<const int32_t>
   return Status::Ok();
 }
 
+SwaMetadata step_metadata_scalars(const BuilderConfig& config, const DerivedConfig& derived,
+                                  const BatchInput& batch, const StepSplit& split,
+                                  MemorySpace space) {
+  SwaMetadata md;
+  md.space = space;
+  md.causal = batch.causal;
+  md.num_reqs = batch.num_reqs();
+  md.num_tokens = batch.num_tokens();
+  md.num_decodes = split.num_decodes;
+  md.num_prefills = split.num_prefills;
+  md.num_decode_tokens = split.num_decode_tokens;
+  md.num_prefill_tokens = split.num_prefill_tokens;
+  md.max_decode_query_len = std::min(split.max_query_len, derived.decode_threshold);
+  md.window_size = config.window_size;
+  md.max_model_len = config.max_model_len;
+  md.max_num_batched_tokens = config.max_num_batched_tokens;
+  if (split.num_decode_tokens > 0) md.tile_schedulers = derived.layer_types;
+  return md;
+}
+
+void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int32_t* seq_lens,
+                            int32_t* query_lens) {
+  const auto qsl = host_query_start_loc(batch);
+  const auto seq = host_seq_lens(batch);
+  for (int32_t p = 0; p < split.num_prefills; ++p) {
+    const int32_t r = split.num_decodes + p;
+    seq_lens[p] = seq[r];
+    query_lens[p] = qsl[r + 1] - qsl[r];
+  }
+}
+
+Status check_draft_update_target(const SwaMetadata* md,
+                                 std::initializer_list<const int32_t*> own_rows, MemorySpace space,
+                                 const BatchInput& batch) {
+  if (md == nullptr) {
+    return invalid_argument("metadata: expected the last build's metadata, got null");
+  }
+  const bool ours =
+      md->decode_swa.data != nullptr &&
+      std::find(own_rows.begin(), own_rows.end(), md->decode_swa.data) != own_rows.end();
+  if (!ours || md->space != space) {
+    return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
+  }
+  if (batch.num_reqs() != md->num_reqs || batch.num_tokens() != md->num_tokens) {
+    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
+                            " requests, ", md->num_tokens, " tokens), got ", batch.num_reqs(),
+                            " requests, ", batch.num_tokens(), " tokens");
+  }
+  return Status::Ok();
+}
+
 }  // namespace sparse_swa::detail

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 
 #include "sparse_swa/batch.h"
 #include "sparse_swa/config.h"
+#include "sparse_swa/metadata.h"
 #include "sparse_swa/status.h"
 
 namespace sparse_swa::detail {
@@ -46,5 +48,22 @@ struct SpanCsr {
 // and fills `csr`. No spans is always valid; any span with max_image_tokens = 0 is an error.
 Status build_span_csr(std::span<const ImageSpan> spans, std::span<const int32_t> seq_lens_host,
                       int32_t max_image_tokens, SpanCsr* csr);
+
+// The fields of a step's metadata that both backends fill alike: split, counts, chunk-plan
+// constants, tile schedulers. The views are each backend's own.
+SwaMetadata step_metadata_scalars(const BuilderConfig& config, const DerivedConfig& derived,
+                                  const BatchInput& batch, const StepSplit& split,
+                                  MemorySpace space);
+
+// Host planning copies of the prefill requests (from the host copies the split used):
+//   seq_lens [num_prefills], query_lens [num_prefills]
+void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int32_t* seq_lens,
+                            int32_t* query_lens);
+
+// update_draft_decode_rows: `md` must come from this builder's last build (its decode rows at one
+// of `own_rows`, in `space`) and `batch` must have that build's shape.
+Status check_draft_update_target(const SwaMetadata* md,
+                                 std::initializer_list<const int32_t*> own_rows, MemorySpace space,
+                                 const BatchInput& batch);
 
 }  // namespace sparse_swa::detail

@@ -122,7 +122,6 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const DerivedConfig& d = derived();
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true));
   const auto qsl_host = host_query_start_loc(b);
-  const auto seq_host = host_seq_lens(b);
   const int32_t num_reqs = b.num_reqs();
   const int32_t num_tokens = b.num_tokens();
   const StepSplit split = split_decodes_and_prefills(qsl_host, num_tokens, d.decode_threshold);
@@ -151,21 +150,9 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
     }
   }
 
-  SwaMetadata md;
-  md.space = MemorySpace::kHost;
-  md.causal = b.causal;
-  md.num_reqs = num_reqs;
-  md.num_tokens = num_tokens;
-  md.num_decodes = split.num_decodes;
-  md.num_prefills = split.num_prefills;
-  md.num_decode_tokens = split.num_decode_tokens;
-  md.num_prefill_tokens = split.num_prefill_tokens;
-  md.max_decode_query_len = std::min(split.max_query_len, d.decode_threshold);
+  SwaMetadata md = step_metadata_scalars(c, d, b, split, MemorySpace::kHost);
   md.token_to_req_indices = {token_to_req_.data(), static_cast<size_t>(num_tokens)};
   md.is_valid_token = {is_valid_.data(), static_cast<size_t>(num_tokens)};
-  md.window_size = c.window_size;
-  md.max_model_len = c.max_model_len;
-  md.max_num_batched_tokens = c.max_num_batched_tokens;
 
   const int32_t td = split.num_decode_tokens;
   const bool noncausal = !b.causal;
@@ -197,32 +184,19 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
     const int32_t r = rd + p;
     const int32_t ql = b.query_start_loc[r + 1] - b.query_start_loc[r];
     gather_lens_[p] = formulas::gather_len(ql, b.seq_lens[r] - ql, c.window_size);
-    prefill_seq_lens_[p] = seq_host[r];
-    prefill_query_lens_[p] = qsl_host[r + 1] - qsl_host[r];
   }
+  fill_prefill_host_plan(b, split, prefill_seq_lens_.data(), prefill_query_lens_.data());
   md.prefill_gather_lens = {gather_lens_.data(), static_cast<size_t>(rp)};
   md.prefill_seq_lens_host = {prefill_seq_lens_.data(), static_cast<size_t>(rp)};
   md.prefill_query_lens_host = {prefill_query_lens_.data(), static_cast<size_t>(rp)};
-  if (td > 0) md.tile_schedulers = d.layer_types;
   *out = md;
   return Status::Ok();
 }
 
 Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
   const BuilderConfig& c = config();
-  if (md == nullptr)
-    return invalid_argument("metadata: expected the last build's metadata, got null");
-  const bool ours =
-      md->decode_swa.data == decode_rows_.data() ||
-      (!decode_rows_noncausal_.empty() && md->decode_swa.data == decode_rows_noncausal_.data());
-  if (!ours || md->space != MemorySpace::kHost) {
-    return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
-  }
-  if (b.num_reqs() != md->num_reqs || b.num_tokens() != md->num_tokens) {
-    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
-                            " requests, ", md->num_tokens, " tokens), got ", b.num_reqs(),
-                            " requests, ", b.num_tokens(), " tokens");
-  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
+      md, {decode_rows_.data(), decode_rows_noncausal_.data()}, MemorySpace::kHost, b));
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, derived(), b, /*arrays_on_host=*/true));
   const int32_t td = md->num_decode_tokens;
   if (td == 0) return Status::Ok();

@@ -248,7 +248,6 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   }
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/false));
   const auto qsl_host = host_query_start_loc(b);
-  const auto seq_host = host_seq_lens(b);
   const int32_t num_tokens = b.num_tokens();
   const StepSplit split = split_decodes_and_prefills(qsl_host, num_tokens, d.decode_threshold);
 
@@ -266,16 +265,7 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
         cuda_status(launch_metadata_kernel(p, num_sms_, stream_), "metadata kernel launch"));
   }
 
-  SwaMetadata md;
-  md.space = MemorySpace::kDevice;
-  md.causal = b.causal;
-  md.num_reqs = b.num_reqs();
-  md.num_tokens = num_tokens;
-  md.num_decodes = split.num_decodes;
-  md.num_prefills = split.num_prefills;
-  md.num_decode_tokens = split.num_decode_tokens;
-  md.num_prefill_tokens = split.num_prefill_tokens;
-  md.max_decode_query_len = std::min(split.max_query_len, d.decode_threshold);
+  SwaMetadata md = step_metadata_scalars(c, d, b, split, MemorySpace::kDevice);
   md.token_to_req_indices = {token_to_req_.get(), static_cast<size_t>(num_tokens)};
   md.is_valid_token = {is_valid_.get(), static_cast<size_t>(num_tokens)};
   md.decode_swa = {p.decode_rows,  decode_lens_.get(), split.num_decode_tokens, p.decode_width,
@@ -287,36 +277,18 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
     md.left_visible = {left_visible_.get(), static_cast<size_t>(num_tokens)};
     md.right_visible = {right_visible_.get(), static_cast<size_t>(num_tokens)};
   }
-  const int32_t rd = split.num_decodes, rp = split.num_prefills;
-  for (int32_t i = 0; i < rp; ++i) {
-    prefill_seq_lens_[i] = seq_host[rd + i];
-    prefill_query_lens_[i] = qsl_host[rd + i + 1] - qsl_host[rd + i];
-  }
-  md.prefill_gather_lens = {gather_lens_.get(), static_cast<size_t>(rp)};
-  md.prefill_seq_lens_host = {prefill_seq_lens_.data(), static_cast<size_t>(rp)};
-  md.prefill_query_lens_host = {prefill_query_lens_.data(), static_cast<size_t>(rp)};
-  md.window_size = c.window_size;
-  md.max_model_len = c.max_model_len;
-  md.max_num_batched_tokens = c.max_num_batched_tokens;
-  if (split.num_decode_tokens > 0) md.tile_schedulers = d.layer_types;
+  const size_t rp = static_cast<size_t>(split.num_prefills);
+  fill_prefill_host_plan(b, split, prefill_seq_lens_.data(), prefill_query_lens_.data());
+  md.prefill_gather_lens = {gather_lens_.get(), rp};
+  md.prefill_seq_lens_host = {prefill_seq_lens_.data(), rp};
+  md.prefill_query_lens_host = {prefill_query_lens_.data(), rp};
   *out = md;
   return Status::Ok();
 }
 
 Status CudaMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
-  if (md == nullptr)
-    return invalid_argument("metadata: expected the last build's metadata, got null");
-  const bool ours = md->decode_swa.data == decode_rows_.get() ||
-                    (decode_rows_noncausal_.get() != nullptr &&
-                     md->decode_swa.data == decode_rows_noncausal_.get());
-  if (!ours || md->space != MemorySpace::kDevice) {
-    return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
-  }
-  if (b.num_reqs() != md->num_reqs || b.num_tokens() != md->num_tokens) {
-    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
-                            " requests, ", md->num_tokens, " tokens), got ", b.num_reqs(),
-                            " requests, ", b.num_tokens(), " tokens");
-  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
+      md, {decode_rows_.get(), decode_rows_noncausal_.get()}, MemorySpace::kDevice, b));
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(config(), derived(), b, /*arrays_on_host=*/false));
   if (md->num_decode_tokens == 0) return Status::Ok();
   MetadataKernelParams p = base_params(b);
