@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -159,6 +160,37 @@ void advance_decodes(TestBatch* b, int32_t num_decodes) {
   b->min_block_table_cols = std::max(b->min_block_table_cols, b->block_table_cols());
 }
 
+// The work `enqueue` puts on `stream`, captured once into a graph and replayable (the way an
+// engine runs a decoding step). status() is what `enqueue` returned during the capture.
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<Status()>& enqueue) : stream_(stream) {
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    status_ = enqueue();
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph_), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&exec_, graph_, 0), cudaSuccess);
+  }
+  ~CapturedGraph() {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  const Status& status() const { return status_; }
+  // Replays the graph and waits for it.
+  cudaError_t replay() {
+    const cudaError_t err = cudaGraphLaunch(exec_, stream_);
+    return err != cudaSuccess ? err : cudaStreamSynchronize(stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  Status status_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;
@@ -178,13 +210,8 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
       ASSERT_TRUE(gpu && cpu);
       DeviceBatch dev(c.batch);
       SwaMetadata md_gpu;
-      cudaGraph_t graph;
-      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      const Status st = gpu->build(dev.input(), &md_gpu);
-      CUDA_OK(cudaStreamEndCapture(stream, &graph));
-      ASSERT_TRUE(st.ok()) << st.to_string();
-      cudaGraphExec_t exec;
-      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CapturedGraph graph(stream, [&] { return gpu->build(dev.input(), &md_gpu); });
+      ASSERT_TRUE(graph.status().ok()) << graph.status().to_string();
       SwaMetadata md_cpu;
       ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
       for (int step = 0; step < 3; ++step) {
@@ -192,8 +219,7 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
         advance_decodes(&c.batch, md_cpu.num_decodes);
         dev.upload();
         ASSERT_TRUE(detail::poison_cuda_builder_outputs(gpu.get(), 0xcd).ok());
-        CUDA_OK(cudaGraphLaunch(exec, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
+        CUDA_OK(graph.replay());
         ASSERT_TRUE(gpu->take_device_error().ok());
         ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
         MetadataSnapshot a = testing::snapshot(md_cpu), b = device_snapshot(md_gpu);
@@ -201,8 +227,6 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
         b.prefill_seq_lens_host = a.prefill_seq_lens_host;
         ASSERT_EQ(first_difference(a, b), "") << "step " << step;
       }
-      CUDA_OK(cudaGraphExecDestroy(exec));
-      CUDA_OK(cudaGraphDestroy(graph));
     }
   }
   CUDA_OK(cudaStreamDestroy(stream));
@@ -226,24 +250,17 @@ TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
     SwaMetadata md_gpu, md_cpu;
     ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
     ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const Status st = gpu->update_draft_decode_rows(dev.input(), &md_gpu);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CapturedGraph graph(stream,
+                        [&] { return gpu->update_draft_decode_rows(dev.input(), &md_gpu); });
+    ASSERT_TRUE(graph.status().ok()) << graph.status().to_string();
     for (int step = 0; step < 3; ++step) {
       advance_decodes(&c.batch, md_cpu.num_decodes);
       dev.upload();
-      CUDA_OK(cudaGraphLaunch(exec, stream));
-      CUDA_OK(cudaStreamSynchronize(stream));
+      CUDA_OK(graph.replay());
       ASSERT_TRUE(cpu->update_draft_decode_rows(c.batch.input(), &md_cpu).ok());
       ASSERT_EQ(first_difference(testing::snapshot(md_cpu), device_snapshot(md_gpu)), "")
           << "step " << step;
     }
-    CUDA_OK(cudaGraphExecDestroy(exec));
-    CUDA_OK(cudaGraphDestroy(graph));
   }
   CUDA_OK(cudaStreamDestroy(stream));
 }
