@@ -129,9 +129,17 @@ SPARSE_SWA_FP8_HD bool is_nan(float x) { return (float_bits(x) & 0x7fffffffu) > 
 
 // q = saturate_e4m3(x / 2^e). NaN never goes through arithmetic: a GPU multiply returns the
 // canonical NaN, the CPU keeps the payload and sign, and the codes must not differ.
+// A finite x keeps a finite decode: near FLT_MAX, rounding up (or saturating to 448) can push
+// e4m3(q) * 2^e past the float range, so such a code steps down to the next smaller magnitude.
 SPARSE_SWA_FP8_HD uint8_t quantize(float x, int exponent) {
   if (is_nan(x)) return float_to_e4m3(x);
-  return float_to_e4m3(scale_pow2(x, -exponent));
+  uint8_t q = float_to_e4m3(scale_pow2(x, -exponent));
+  const bool finite = (float_bits(x) & 0x7fffffffu) < 0x7f800000u;
+  while (finite && (q & 0x7f) != 0 &&
+         (float_bits(scale_pow2(e4m3_to_float(q), exponent)) & 0x7fffffffu) == 0x7f800000u) {
+    --q;  // same sign, next smaller magnitude
+  }
+  return q;
 }
 
 // x = e4m3(q) * 2^(s - 127). Exact for every finite product (an e4m3 value has 4 significant
