@@ -103,11 +103,13 @@ Status check_step(const ConsumerStep& step) {
   if (md.window_size < 1) {
     return invalid_argument("metadata.window_size: expected >= 1, got ", md.window_size);
   }
+  // Every token is a decode or a prefill token (the split covers padding too): the consumers
+  // index prefill inputs by t - num_decode_tokens for every t >= num_decode_tokens.
   if (md.num_decode_tokens < 0 || md.num_prefill_tokens < 0 ||
-      int64_t{md.num_decode_tokens} + md.num_prefill_tokens > t) {
+      int64_t{md.num_decode_tokens} + md.num_prefill_tokens != t) {
     return invalid_argument(
-        "metadata: expected 0 <= num_decode_tokens + num_prefill_tokens <= ", "num_tokens ", t,
-        ", got ", md.num_decode_tokens, " + ", md.num_prefill_tokens);
+        "metadata: expected num_decode_tokens + num_prefill_tokens = num_tokens ", t, ", got ",
+        md.num_decode_tokens, " + ", md.num_prefill_tokens);
   }
   if (md.num_decodes < 0 || md.num_prefills < 0 ||
       int64_t{md.num_decodes} + md.num_prefills > md.num_reqs) {
