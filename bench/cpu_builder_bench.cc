@@ -1,6 +1,9 @@
-// Google Benchmark timings of the CPU reference builder's build(), on the batch shapes of
-// ../shared/anchors/vllm_swa_builder.py `bench`: W = 128, B = 256, compress ratios {1, 4, 128},
-// seq_len = uniform(200, 8000) + query_len, random page ids in [0, 100000].
+// Google Benchmark timings, on the batch shapes of ../shared/anchors/vllm_swa_builder.py `bench`
+// (W = 128, B = 256, compress ratios {1, 4, 128}, seq_len = uniform(200, 8000) + query_len,
+// random page ids in [0, 100000]), of
+//   BM_CpuBuild: the CPU reference builder's build();
+//   BM_HostPlan: the host work of the CUDA backend's build() before its launch (checks on the
+//                host copies, the split, the step's scalars and the prefill host plan).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "batch_checks.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/test_batch.h"
 
@@ -90,6 +94,36 @@ BENCHMARK_CAPTURE(BM_CpuBuild, dspark_256x6, Shape{256, 0, 0, true})->Unit(bench
 BENCHMARK_CAPTURE(BM_CpuBuild, mixed_32_decodes_4x512, Shape{32, 4, 512, false})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_CpuBuild, prefill_8x1024, Shape{0, 8, 1024, false})
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_HostPlan(benchmark::State& state, Shape shape) {
+  std::mt19937_64 rng(7);
+  const BuilderConfig config = bench_config(shape.dspark);
+  const DerivedConfig d = derive_config(config);
+  const testing::TestBatch batch = bench_batch(shape, rng);
+  const BatchInput input = batch.input();
+  std::vector<int32_t> seq_lens(config.max_num_seqs), query_lens(config.max_num_seqs);
+  for (auto _ : state) {
+    const Status st = detail::check_batch(config, d, input, /*arrays_on_host=*/false);
+    if (!st.ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      break;
+    }
+    const detail::StepSplit split = detail::split_decodes_and_prefills(
+        input.query_start_loc, input.num_tokens(), d.decode_threshold);
+    SwaMetadata md = detail::step_metadata_scalars(config, d, input, split, MemorySpace::kDevice);
+    detail::fill_prefill_host_plan(input, split, seq_lens.data(), query_lens.data());
+    benchmark::DoNotOptimize(md);
+    benchmark::ClobberMemory();
+  }
+  state.counters["tokens"] = batch.num_tokens();
+}
+
+BENCHMARK_CAPTURE(BM_HostPlan, decode_1, Shape{1, 0, 0, false})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_HostPlan, decode_1024, Shape{1024, 0, 0, false})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_HostPlan, dspark_256x6, Shape{256, 0, 0, true})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_HostPlan, mixed_32_decodes_4x512, Shape{32, 4, 512, false})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "batch_checks.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "common/swa_formulas.h"
@@ -11,18 +12,32 @@ StepSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_t
                                      int32_t theta) {
   StepSplit s;
   const int32_t num_reqs = static_cast<int32_t>(qsl.size()) - 1;
+  // One pass over the query lengths (vectorised); a decode-only step ends there.
+  int32_t min_ql = std::numeric_limits<int32_t>::max(), max_ql = 0;
+  for (int32_t r = 0; r < num_reqs; ++r) {
+    const int32_t ql = qsl[r + 1] - qsl[r];
+    min_ql = std::min(min_ql, ql);
+    max_ql = std::max(max_ql, ql);
+  }
+  s.max_query_len = max_ql;
   // Requests before the first one with query_len > theta are decodes (the reference's
   // max_query_len <= theta shortcut gives the same answer).
   int32_t first_prefill = num_reqs;
-  for (int32_t r = 0; r < num_reqs; ++r) {
-    const int32_t ql = qsl[r + 1] - qsl[r];
-    s.max_query_len = std::max(s.max_query_len, ql);
-    if (ql > theta && first_prefill == num_reqs) first_prefill = r;
+  if (max_ql > theta) {
+    min_ql = std::numeric_limits<int32_t>::max();
+    max_ql = 0;
+    for (first_prefill = 0; first_prefill < num_reqs; ++first_prefill) {
+      const int32_t ql = qsl[first_prefill + 1] - qsl[first_prefill];
+      if (ql > theta) break;
+      min_ql = std::min(min_ql, ql);
+      max_ql = std::max(max_ql, ql);
+    }
   }
   s.num_decodes = first_prefill;
   s.num_prefills = num_reqs - first_prefill;
   s.num_decode_tokens = first_prefill == num_reqs ? num_tokens : qsl[first_prefill];
   s.num_prefill_tokens = num_tokens - s.num_decode_tokens;
+  s.decode_query_len = first_prefill > 0 && min_ql == max_ql ? max_ql : 0;
   return s;
 }
 
@@ -40,12 +55,18 @@ namespace {
 // (the common case) then skip the detailed checks, which exist to word the error.
 bool requests_plainly_valid(std::span<const int32_t> qsl, std::span<const int32_t> seq,
                             int64_t covered) {
-  bool ok = qsl[0] == 0;
-  for (size_t r = 0; r < seq.size(); ++r) {
-    const int64_t ql = int64_t{qsl[r + 1]} - qsl[r];  // any int32 inputs: no overflow
-    ok &= (qsl[r + 1] >= qsl[r]) & (seq[r] >= ql) & (seq[r] <= covered);
+  // 32-bit lanes so that the loop vectorises; unsigned differences never overflow, and they are
+  // the query lengths whenever the other rules hold (qsl starts at 0 and never decreases).
+  const int32_t covered32 = static_cast<int32_t>(std::min<int64_t>(covered, INT32_MAX));
+  const int32_t* q = qsl.data();
+  const int32_t* s = seq.data();
+  const size_t n = seq.size();
+  int32_t bad = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const uint32_t ql = static_cast<uint32_t>(q[r + 1]) - static_cast<uint32_t>(q[r]);
+    bad |= (q[r + 1] < q[r]) | (s[r] < 0) | (static_cast<uint32_t>(s[r]) < ql) | (s[r] > covered32);
   }
-  return ok;
+  return q[0] == 0 && bad == 0;
 }
 
 Status check_query_start_loc(std::span<const int32_t> qsl, std::string_view name) {

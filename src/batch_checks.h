@@ -18,6 +18,9 @@ struct StepSplit {
   int32_t num_decode_tokens = 0;
   int32_t num_prefill_tokens = 0;
   int32_t max_query_len = 0;  // over the host query lengths, 0 when there are no requests
+  // The query length every decode request shares, 0 when they differ or there are none (a
+  // hint for the CUDA kernel's token-to-request mapping).
+  int32_t decode_query_len = 0;
 };
 
 // The reference's split_decodes_and_prefills with its defaults (short extends count as
