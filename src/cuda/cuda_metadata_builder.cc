@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -86,7 +87,8 @@ class CudaMetadataBuilder final : public MetadataBuilder {
   Status stage_spans(const BatchInput& b, MetadataKernelParams* params);
 
   cudaStream_t stream_;
-  int num_sms_ = 1;
+  MetadataKernelLauncher launcher_;
+  int32_t last_decode_query_len_ = 0;           // the last build's hint, reused by the draft update
   DeviceArray<int32_t> token_to_req_;           // [max_tokens]
   DeviceArray<uint8_t> is_valid_;               // [max_tokens]
   DeviceArray<int32_t> decode_rows_;            // [max_tokens, W]
@@ -117,8 +119,7 @@ Status CudaMetadataBuilder::allocate() {
   int device = 0;
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
   SPARSE_SWA_RETURN_IF_ERROR(
-      cuda_status(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device),
-                  "cudaDeviceGetAttribute"));
+      cuda_status(init_metadata_kernel_launcher(device, &launcher_), "metadata kernel launcher"));
   SPARSE_SWA_RETURN_IF_ERROR(token_to_req_.allocate(max_tokens));
   SPARSE_SWA_RETURN_IF_ERROR(is_valid_.allocate(max_tokens));
   SPARSE_SWA_RETURN_IF_ERROR(decode_rows_.allocate(max_tokens * c.window_size));
@@ -188,6 +189,9 @@ MetadataKernelParams CudaMetadataBuilder::base_params(const BatchInput& b) const
   p.num_tokens = b.num_tokens();
   p.window = c.window_size;
   p.block_size = c.block_size;
+  p.block_shift = std::has_single_bit(static_cast<uint32_t>(c.block_size))
+                      ? std::countr_zero(static_cast<uint32_t>(c.block_size))
+                      : -1;
   p.max_image_tokens = c.max_image_tokens;
   p.token_to_req = token_to_req_.get();
   p.is_valid = is_valid_.get();
@@ -257,12 +261,14 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   p.num_decode_tokens = split.num_decode_tokens;
   p.num_decodes = split.num_decodes;
   p.num_prefills = split.num_prefills;
+  p.decode_query_len = split.decode_query_len;
+  last_decode_query_len_ = split.decode_query_len;
   p.noncausal = !b.causal;
   p.decode_rows = p.noncausal ? decode_rows_noncausal_.get() : decode_rows_.get();
   p.decode_width = p.noncausal ? d.noncausal_index_width : c.window_size;
   if (num_tokens > 0 || split.num_prefills > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        cuda_status(launch_metadata_kernel(p, num_sms_, stream_), "metadata kernel launch"));
+        cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch"));
   }
 
   SwaMetadata md = step_metadata_scalars(c, d, b, split, MemorySpace::kDevice);
@@ -294,10 +300,12 @@ Status CudaMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMet
   MetadataKernelParams p = base_params(b);
   p.update_only = true;
   p.num_decode_tokens = md->num_decode_tokens;
+  p.num_decodes = md->num_decodes;
+  p.decode_query_len = last_decode_query_len_;
   p.decode_rows = const_cast<int32_t*>(md->decode_swa.data);
   p.decode_width = md->decode_swa.width;
   SPARSE_SWA_RETURN_IF_ERROR(
-      cuda_status(launch_metadata_kernel(p, num_sms_, stream_), "metadata kernel launch"));
+      cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch"));
   md->tile_schedulers = derived().layer_types;
   return Status::Ok();
 }

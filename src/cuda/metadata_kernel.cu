@@ -1,122 +1,65 @@
+// The one per-step kernel of the CUDA metadata builder: every per-token output in one launch, a
+// warp per token row. A row costs two rounds of dependent loads: the token's request (hinted by the
+// host split, all candidates' query ranges and seq_lens in one round) and its block ids (one per
+// lane); everything else is arithmetic on registers and shuffles.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 
 #include "common/swa_formulas.h"
 #include "cuda/metadata_kernel.cuh"
+#include "cuda/metadata_rows.cuh"
 
 namespace sparse_swa::detail {
 
 namespace {
 
-constexpr int kWarp = 32;
+using namespace rows;
 
-__device__ void flag(const MetadataKernelParams& p, uint32_t bit) { atomicOr(p.error_word, bit); }
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Request of real token t (t < query_start_loc[num_reqs]): the last r with qsl[r] <= t. A
-// 32-ary search, one coalesced load per level, instead of log2(R) dependent loads. All 32 lanes
-// must call it; every lane gets the same answer. Garbage in qsl still gives an r in [0, R).
-__device__ int32_t warp_token_request(const int32_t* qsl, int32_t num_reqs, int32_t t, int lane) {
-  int32_t lo = 0, hi = num_reqs;  // invariant: qsl[lo] <= t < qsl[hi]
-  while (hi - lo > kWarp) {
-    const int64_t span = hi - lo;
-    const int32_t idx = lo + static_cast<int32_t>(span * lane / kWarp);
-    const unsigned below = __ballot_sync(kFullMask, qsl[idx] <= t) | 1u;  // qsl[lo] <= t
-    const int k = 31 - __clz(below);
-    const int32_t next_lo = lo + static_cast<int32_t>(span * k / kWarp);
-    hi = k == kWarp - 1 ? hi : lo + static_cast<int32_t>(span * (k + 1) / kWarp);
-    lo = next_lo;
+// The request of token t for a build: from the host split's hint when the device arrays confirm
+// it, else searched. Writes token_to_req and is_valid; returns whether the token is valid.
+// CUDA-graph padding tokens (*padding) map to request 0 with an empty query range.
+__device__ bool map_token(const MetadataKernelParams& p, int32_t t, int lane, TokenRequest* q,
+                          bool* padding) {
+  const int64_t slot = p.slot_mapping[t];
+  *padding = p.num_reqs == 0 || t >= __ldg(p.query_start_loc + p.num_reqs);
+  const bool found = p.num_reqs > 0 && find_by_host_split(p, t, lane, q);
+  if (!*padding && !found) *q = search_request(p, t, lane);
+  if (*padding) *q = TokenRequest{};
+  const bool valid = !*padding && slot >= 0;
+  if (lane == 0) {
+    if (slot < -1) flag(p, kDeviceErrorSlotValue);
+    if (slot != -1 && *padding) flag(p, kDeviceErrorPaddingSlot);
+    p.token_to_req[t] = q->r;
+    p.is_valid[t] = valid ? 1 : 0;
   }
-  const int32_t idx = lo + lane;
-  const unsigned below = __ballot_sync(kFullMask, idx < hi && qsl[idx] <= t) | 1u;
-  return lo + 31 - __clz(below);
+  return valid;
 }
 
-__device__ void write_invalid_row(int32_t* row, int32_t width, int32_t* len, int lane) {
-  if (lane == 0) *len = 0;
-  for (int32_t j = lane; j < width; j += kWarp) row[j] = -1;
-}
-
-// Slot of block id `block` at offset `off`; -1 (and *bad) when it is negative or past int32.
-__device__ int32_t checked_slot(int32_t block, int32_t block_size, int32_t off, bool* bad) {
-  const int64_t slot = static_cast<int64_t>(block) * block_size + off;
-  if (slot >= 0 && slot <= INT_MAX) return static_cast<int32_t>(slot);
-  *bad = true;
-  return -1;
-}
-
-// row[j] = slot of position start + j for j < n, else -1; j < width. Returns true when a slot
-// was out of range. Scalar form, for widths that are not a multiple of 4.
-__device__ bool write_row_scalar(int32_t* row, int32_t width, int32_t n, int32_t start,
-                                 const int32_t* bt_row, int32_t block_size, int lane) {
-  bool bad = false;
-  for (int32_t j = lane; j < width; j += kWarp) {
-    int32_t value = -1;
-    if (j < n) {
-      const int32_t pos = start + j;
-      const int32_t blk = pos / block_size;
-      value = checked_slot(bt_row[blk], block_size, pos - blk * block_size, &bad);
-    }
-    row[j] = value;
+// update_draft_decode_rows: the mapping and validity of the last build, with the request's
+// current query range and seq_len (hinted as in a build, then loaded by the stored request).
+__device__ bool stored_token(const MetadataKernelParams& p, int32_t t, int lane, TokenRequest* q) {
+  const int32_t stored = p.token_to_req[t];
+  const bool valid = p.is_valid[t] != 0 && stored >= 0 && stored < p.num_reqs;
+  const bool hinted = find_by_host_split(p, t, lane, q) && q->r == stored;
+  if (valid && !hinted) {
+    q->r = stored;
+    q->query_start = p.query_start_loc[stored];
+    q->query_end = p.query_start_loc[stored + 1];
+    q->seq_len = p.seq_lens[stored];
   }
-  return bad;
-}
-
-// Same with 16-byte stores: lane writes entries [4 * lane + 128 * k, +4); one division per 4
-// entries. Needs width % 4 == 0 (then every row starts 16-byte aligned).
-__device__ bool write_row_vec4(int32_t* row, int32_t width, int32_t n, int32_t start,
-                               const int32_t* bt_row, int32_t block_size, int lane) {
-  bool bad = false;
-  for (int32_t j0 = 4 * lane; j0 < width; j0 += 4 * kWarp) {
-    int32_t v[4] = {-1, -1, -1, -1};
-    if (j0 < n) {
-      const int32_t pos = start + j0;
-      int32_t blk = pos / block_size;
-      int32_t off = pos - blk * block_size;
-      int32_t id = bt_row[blk];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (j0 + i < n) {
-          if (off == block_size) {
-            off = 0;
-            id = bt_row[++blk];
-          }
-          v[i] = checked_slot(id, block_size, off, &bad);
-          ++off;
-        }
-      }
-    }
-    *reinterpret_cast<int4*>(row + j0) = make_int4(v[0], v[1], v[2], v[3]);
-  }
-  return bad;
+  return valid;
 }
 
 // One warp writes the row of token t.
 __device__ void build_row(const MetadataKernelParams& p, int32_t t, int lane) {
   const int32_t td = p.num_decode_tokens;
   const bool decode = t < td;
-  int32_t r;
-  bool valid;
-  if (p.update_only) {
-    r = p.token_to_req[t];
-    valid = p.is_valid[t] != 0;
-  } else {
-    const int64_t slot = p.slot_mapping[t];
-    const bool padding = p.num_reqs == 0 || t >= p.query_start_loc[p.num_reqs];
-    r = padding ? 0 : warp_token_request(p.query_start_loc, p.num_reqs, t, lane);
-    valid = slot >= 0;
-    if (lane == 0) {
-      if (slot < -1) flag(p, kDeviceErrorSlotValue);
-      if (slot != -1 && padding) flag(p, kDeviceErrorPaddingSlot);
-    }
-    if (padding) valid = false;
-    if (lane == 0) {
-      p.token_to_req[t] = r;
-      p.is_valid[t] = valid ? 1 : 0;
-    }
-  }
+  TokenRequest q;
+  bool padding = false;
+  const bool valid =
+      p.update_only ? stored_token(p, t, lane, &q) : map_token(p, t, lane, &q, &padding);
   int32_t* row;
   int32_t width;
   int32_t* len;  // assigned below
@@ -129,23 +72,17 @@ __device__ void build_row(const MetadataKernelParams& p, int32_t t, int lane) {
     width = p.prefill_width;
     len = p.prefill_lens + (t - td);
   }
-  if (p.num_reqs == 0) {  // every token is padding
-    write_invalid_row(row, width, len, lane);
-    return;
-  }
-
-  const int32_t qs = p.query_start_loc[r];
-  const int32_t ql = p.query_start_loc[r + 1] - qs;
-  const int32_t seq_len = p.seq_lens[r];
-  const int32_t prefix = seq_len - ql;
-  const int32_t pos = formulas::token_position(seq_len, qs, qs + ql, t);
+  const int32_t ql = q.query_end - q.query_start;
+  const int32_t prefix = q.seq_len - ql;
+  const int32_t pos = formulas::token_position(q.seq_len, q.query_start, q.query_end, t);
   int32_t left = 0, right = 0;
   if (!p.update_only && p.with_image) {
-    if (!decode) {
+    // Padding tokens lie past every span of their request 0: visibility 0.
+    if (!decode && !padding) {
       const int32_t* indptr = p.spans;
       formulas::image_visibility(pos, p.spans + p.num_reqs + 1,
-                                 p.spans + p.num_reqs + 1 + p.num_spans, indptr[r], indptr[r + 1],
-                                 p.max_image_tokens, &left, &right);
+                                 p.spans + p.num_reqs + 1 + p.num_spans, indptr[q.r],
+                                 indptr[q.r + 1], p.max_image_tokens, &left, &right);
     }
     if (lane == 0) {
       p.left_visible[t] = left;
@@ -157,50 +94,51 @@ __device__ void build_row(const MetadataKernelParams& p, int32_t t, int lane) {
     return;
   }
   const formulas::Window w = (decode && p.noncausal && !p.update_only)
-                                 ? formulas::noncausal_window(prefix, seq_len, p.window)
+                                 ? formulas::noncausal_window(prefix, q.seq_len, p.window)
                                  : formulas::causal_window(pos, p.window, left, right);
   const int32_t n = w.size();
   // Device inputs the host could not check: the row must fit its window and the table.
-  const bool window_ok = ql >= 0 && prefix >= 0 && n >= 1 && n <= width && w.end <= seq_len;
-  const bool table_ok = window_ok && (w.end - 1) / p.block_size < p.block_table_cols;
+  const bool window_ok = ql >= 0 && prefix >= 0 && n >= 1 && n <= width && w.end <= q.seq_len;
+  const BlockSize bs{p.block_size, p.block_shift};
+  const bool table_ok = window_ok && bs.block(w.end - 1) < p.block_table_cols;
   if (!window_ok || !table_ok) {
     if (lane == 0) flag(p, window_ok ? kDeviceErrorBlockTable : kDeviceErrorWindow);
     write_invalid_row(row, width, len, lane);
     return;
   }
-  const int32_t* bt_row = p.block_table + static_cast<int64_t>(r) * p.block_table_stride;
-  const bool bad_slot = (width % 4 == 0)
-                            ? write_row_vec4(row, width, n, w.start, bt_row, p.block_size, lane)
-                            : write_row_scalar(row, width, n, w.start, bt_row, p.block_size, lane);
-  if (bad_slot) flag(p, kDeviceErrorBlockTable | kDeviceErrorSlotOverflow);
+  const int32_t* bt_row = p.block_table + static_cast<int64_t>(q.r) * p.block_table_stride;
+  const RowBlocks blocks = load_row_blocks(bt_row, bs.block(w.start), bs.block(w.end - 1), lane);
+  if (write_row(row, width, n, w.start, blocks, bs, lane)) {
+    flag(p, kDeviceErrorBlockTable | kDeviceErrorSlotOverflow);
+  }
   if (lane == 0) *len = n;
 }
 
 __global__ void __launch_bounds__(kMetadataKernelThreads)
     build_metadata_kernel(const MetadataKernelParams p) {
+  // Indices fit int32: rows <= max_num_batched_tokens, the grid is capped (metadata_kernel_blocks).
   const int lane = threadIdx.x % kWarp;
-  const int warps_per_block = blockDim.x / kWarp;
-  const int64_t total_warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int32_t warps_per_block = blockDim.x / kWarp;
+  const int32_t total_warps = gridDim.x * warps_per_block;
   const int32_t rows = p.update_only ? p.num_decode_tokens : p.num_tokens;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp;
-       t < rows; t += total_warps) {
-    build_row(p, static_cast<int32_t>(t), lane);
+  for (int32_t t = blockIdx.x * warps_per_block + threadIdx.x / kWarp; t < rows; t += total_warps) {
+    build_row(p, t, lane);
   }
   if (p.update_only) return;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t num_threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int32_t num_threads = gridDim.x * blockDim.x;
   if (p.num_decode_tokens > 0) {
     // Zero [Td, capacity): a scalar head up to a multiple of 4, then 16-byte stores.
-    const int64_t begin = p.num_decode_tokens, end = p.lens_capacity;
-    const int64_t aligned = begin + 3 < end ? (begin + 3) / 4 * 4 : end;
-    for (int64_t i = begin + tid; i < aligned; i += num_threads) p.decode_lens[i] = 0;
-    const int64_t vectors = (end - aligned) / 4;
+    const int32_t begin = p.num_decode_tokens, end = p.lens_capacity;
+    const int32_t aligned = begin + 3 < end ? (begin + 3) / 4 * 4 : end;
+    for (int32_t i = begin + tid; i < aligned; i += num_threads) p.decode_lens[i] = 0;
+    const int32_t vectors = (end - aligned) / 4;
     int4* tail = reinterpret_cast<int4*>(p.decode_lens + aligned);
-    for (int64_t i = tid; i < vectors; i += num_threads) tail[i] = make_int4(0, 0, 0, 0);
-    for (int64_t i = aligned + vectors * 4 + tid; i < end; i += num_threads) p.decode_lens[i] = 0;
+    for (int32_t i = tid; i < vectors; i += num_threads) tail[i] = make_int4(0, 0, 0, 0);
+    for (int32_t i = aligned + vectors * 4 + tid; i < end; i += num_threads) p.decode_lens[i] = 0;
   }
-  for (int64_t i = tid; i < p.num_prefills; i += num_threads) {
-    const int32_t r = p.num_decodes + static_cast<int32_t>(i);
+  for (int32_t i = tid; i < p.num_prefills; i += num_threads) {
+    const int32_t r = p.num_decodes + i;
     const int32_t ql = p.query_start_loc[r + 1] - p.query_start_loc[r];
     p.gather_lens[i] = formulas::gather_len(ql, p.seq_lens[r] - ql, p.window);
   }
@@ -208,7 +146,33 @@ __global__ void __launch_bounds__(kMetadataKernelThreads)
 
 }  // namespace
 
-int metadata_kernel_blocks(const MetadataKernelParams& p, int num_sms) {
+cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* launcher) {
+  int sms = 0, per_sm = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, build_metadata_kernel,
+                                                        kMetadataKernelThreads, 0);
+  }
+  if (err != cudaSuccess) return err;
+  launcher->resident_blocks = sms * per_sm > 0 ? sms * per_sm : 1;
+  // The driver's cuLaunchKernel on the kernel's cached handle skips the runtime's per-launch
+  // lookup (about 0.5 us of host time per step on the H200 host); without it, <<<>>> is used.
+  cudaFunction_t function = nullptr;
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(build_metadata_kernel)) ==
+          cudaSuccess &&
+      cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault,
+                                       &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess) {
+    launcher->function = function;
+    launcher->cu_launch_kernel = entry;
+  }
+  cudaGetLastError();  // a failed lookup only means the runtime launch path
+  return cudaSuccess;
+}
+
+int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks) {
   const int warps_per_block = kMetadataKernelThreads / kWarp;
   const int32_t rows = p.update_only ? p.num_decode_tokens : p.num_tokens;
   int64_t blocks = (static_cast<int64_t>(rows) + warps_per_block - 1) / warps_per_block;
@@ -219,15 +183,25 @@ int metadata_kernel_blocks(const MetadataKernelParams& p, int num_sms) {
         (tail + 4 * kMetadataKernelThreads - 1) / (4 * kMetadataKernelThreads);
     blocks = blocks > tail_blocks ? blocks : tail_blocks;
   }
-  const int64_t cap = static_cast<int64_t>(num_sms) * 16;
-  if (blocks > cap) blocks = cap;
+  // Up to four waves: more rows in flight hide the rows' load latency better than warps looping.
+  if (blocks > 4 * int64_t{resident_blocks}) blocks = 4 * int64_t{resident_blocks};
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
-cudaError_t launch_metadata_kernel(const MetadataKernelParams& p, int num_sms,
-                                   cudaStream_t stream) {
-  build_metadata_kernel<<<metadata_kernel_blocks(p, num_sms), kMetadataKernelThreads, 0, stream>>>(
-      p);
+cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
+                                   const MetadataKernelLauncher& launcher, cudaStream_t stream) {
+  const unsigned blocks = metadata_kernel_blocks(p, launcher.resident_blocks);
+  if (launcher.cu_launch_kernel != nullptr) {
+    using CuLaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void**, void**);
+    void* args[] = {const_cast<MetadataKernelParams*>(&p)};
+    const CUresult result = reinterpret_cast<CuLaunchKernel>(launcher.cu_launch_kernel)(
+        static_cast<CUfunction>(launcher.function), blocks, 1, 1, kMetadataKernelThreads, 1, 1, 0,
+        reinterpret_cast<CUstream>(stream), args, nullptr);
+    // The runtime's error codes equal the driver's for every error a launch can return.
+    return static_cast<cudaError_t>(result);
+  }
+  build_metadata_kernel<<<blocks, kMetadataKernelThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

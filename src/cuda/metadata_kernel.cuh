@@ -33,8 +33,12 @@ struct MetadataKernelParams {
   int32_t num_decode_tokens;
   int32_t num_decodes;
   int32_t num_prefills;
+  // Query length shared by every decode request of the host split, 0 when they differ: decode
+  // token t then belongs to request t / decode_query_len, checked against the device arrays.
+  int32_t decode_query_len;
   int32_t window;
   int32_t block_size;
+  int32_t block_shift;  // log2(block_size) when it is a power of two, else -1
   int32_t max_image_tokens;
   bool noncausal;   // decode rows are DSpark non-causal rows
   bool with_image;  // prefill rows are widened by in-image visibility
@@ -58,12 +62,22 @@ struct MetadataKernelParams {
   uint32_t* error_word;    // DeviceErrorBits, OR-ed
 };
 
-// Grid size for the launch: enough warps for one row each (capped), plus enough threads for
-// the lens tail and gather lens.
-int metadata_kernel_blocks(const MetadataKernelParams& p, int num_sms);
 inline constexpr int kMetadataKernelThreads = 256;
 
+// How the kernel is launched on one device, looked up once (the builder's create()).
+struct MetadataKernelLauncher {
+  int resident_blocks = 1;           // SMs x resident blocks per SM (one wave)
+  void* function = nullptr;          // the kernel's CUfunction
+  void* cu_launch_kernel = nullptr;  // the driver's cuLaunchKernel; null: launch with <<<>>>
+};
+cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* launcher);
+
+// Grid size for the launch: a warp per row, plus enough threads for the lens tail, capped at
+// four waves of `resident_blocks` (warps then take several rows).
+int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks);
+
 // Enqueues the kernel on `stream`; returns the launch error, if any.
-cudaError_t launch_metadata_kernel(const MetadataKernelParams& p, int num_sms, cudaStream_t stream);
+cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
+                                   const MetadataKernelLauncher& launcher, cudaStream_t stream);
 
 }  // namespace sparse_swa::detail

@@ -18,6 +18,8 @@
 
 #if SPARSE_SWA_HAS_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda/metadata_kernel.cuh"  // the builder's own launch, for the launch floor
 #endif
 
 namespace sparse_swa::cli {
@@ -143,16 +145,16 @@ StatusOr<double> copy_bandwidth(cudaStream_t stream) {
   return bytes / (median(times) * 1e-3);
 }
 
-// The smallest synchronised GPU step: one tiny memset node and a stream sync. No build() that
+// The least a synchronised GPU step costs: `enqueue` (one tiny memset node, or the builder's own
+// kernel launched with no rows to write) and a stream sync; medians of 500. No build() that
 // launches work and waits for it can have a lower wall time. *enqueue_us: the host time of the
 // enqueue alone, the floor of any build()'s host time.
-StatusOr<double> round_trip_floor(cudaStream_t stream, double* enqueue_us) {
-  void* p = nullptr;
-  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, 4), "cudaMalloc"));
+template <typename Enqueue>
+StatusOr<double> round_trip_floor(cudaStream_t stream, Enqueue enqueue, double* enqueue_us) {
   std::vector<double> t, host;
   for (int i = 0; i < 520; ++i) {
     const auto t0 = Clock::now();
-    cudaMemsetAsync(p, 0, 4, stream);
+    enqueue();
     const double enqueued = micros_since(t0);
     cudaStreamSynchronize(stream);
     if (i >= 20) {
@@ -160,16 +162,87 @@ StatusOr<double> round_trip_floor(cudaStream_t stream, double* enqueue_us) {
       host.push_back(enqueued);
     }
   }
-  cudaFree(p);
   SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "round-trip floor"));
   *enqueue_us = median(host);
   return median(t);
+}
+
+struct Floors {
+  double memset_us = 0, memset_enqueue_us = 0;  // 4-byte cudaMemsetAsync
+  double launch_us = 0, launch_enqueue_us = 0;  // the metadata kernel, no rows
+  double launch_device_us = 0;  // the same, per launch of a replayed graph of back-to-back ones
+};
+
+// Median device time per call of `enqueue` in a replayed CUDA graph of kCalls back-to-back calls
+// (the bench's device time of a build, and of the no-row launch).
+constexpr int kGraphCalls = 100;
+template <typename Enqueue>
+StatusOr<double> device_time_per_call(cudaStream_t stream, Enqueue enqueue) {
+  cudaGraph_t graph;
+  SPARSE_SWA_RETURN_IF_ERROR(
+      cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "BeginCapture"));
+  Status captured = Status::Ok();
+  for (int i = 0; i < kGraphCalls && captured.ok(); ++i) captured = enqueue();
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaStreamEndCapture(stream, &graph), "EndCapture"));
+  SPARSE_SWA_RETURN_IF_ERROR(captured);
+  cudaGraphExec_t exec;
+  SPARSE_SWA_RETURN_IF_ERROR(
+      cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> per_call;
+  for (int rep = 0; rep < 21; ++rep) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (rep > 0) per_call.push_back(ms * 1e3 / kGraphCalls);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "device timing"));
+  return median(per_call);
+}
+
+StatusOr<Floors> measure_floors(cudaStream_t stream) {
+  Floors f;
+  void* p = nullptr;
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, 4), "cudaMalloc"));
+  auto memset = round_trip_floor(
+      stream, [&] { cudaMemsetAsync(p, 0, 4, stream); }, &f.memset_enqueue_us);
+  cudaFree(p);
+  SPARSE_SWA_RETURN_IF_ERROR(memset.status());
+  f.memset_us = memset.value();
+  int device = 0;
+  detail::MetadataKernelLauncher launcher;
+  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetDevice(&device), "cudaGetDevice"));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      cuda_check(detail::init_metadata_kernel_launcher(device, &launcher), "kernel launcher"));
+  const detail::MetadataKernelParams no_rows{};
+  auto launch = round_trip_floor(
+      stream, [&] { detail::launch_metadata_kernel(no_rows, launcher, stream); },
+      &f.launch_enqueue_us);
+  SPARSE_SWA_RETURN_IF_ERROR(launch.status());
+  f.launch_us = launch.value();
+  auto per_launch = device_time_per_call(stream, [&] {
+    return cuda_check(detail::launch_metadata_kernel(no_rows, launcher, stream), "launch");
+  });
+  SPARSE_SWA_RETURN_IF_ERROR(per_launch.status());
+  f.launch_device_us = per_launch.value();
+  return f;
 }
 #endif
 
 Status run_bench(const BenchOptions& opts) {
   const bool cuda = opts.backend == "cuda";
-  double round_trip_us = 0;
+#if SPARSE_SWA_HAS_CUDA
+  Floors floors;
+#endif
 #if !SPARSE_SWA_HAS_CUDA
   if (cuda) return unavailable("--backend cuda: this build of sparse-swa has no CUDA backend");
 #else
@@ -185,14 +258,15 @@ Status run_bench(const BenchOptions& opts) {
     bandwidth = bw.value();
     std::cout << "device copy bandwidth: " << bandwidth / 1e9
               << " GB/s (1 GiB D2D, median of 10)\n";
-    double enqueue_us = 0;
-    auto floor = round_trip_floor(stream, &enqueue_us);
-    SPARSE_SWA_RETURN_IF_ERROR(floor.status());
-    round_trip_us = floor.value();
-    std::cout << "round-trip floor: " << round_trip_us
-              << " us (median: one 4-byte cudaMemsetAsync + cudaStreamSynchronize); its host "
-                 "enqueue alone: "
-              << enqueue_us << " us\n";
+    auto measured = measure_floors(stream);
+    SPARSE_SWA_RETURN_IF_ERROR(measured.status());
+    floors = measured.value();
+    std::cout << "round-trip floor (enqueue + cudaStreamSynchronize, medians): 4-byte memset "
+              << floors.memset_us << " us (enqueue " << floors.memset_enqueue_us
+              << " us); the metadata kernel with no rows " << floors.launch_us << " us (enqueue "
+              << floors.launch_enqueue_us
+              << " us); device time of that launch, back to back: " << floors.launch_device_us
+              << " us\n";
   }
 #endif
   std::mt19937 rng(7);
@@ -254,35 +328,10 @@ Status run_bench(const BenchOptions& opts) {
     const double bytes = output_bytes(md, host.config);
 #if SPARSE_SWA_HAS_CUDA
     if (cuda) {
-      // Device time: a graph of `kGraphBuilds` back-to-back builds, replayed; median per build.
-      constexpr int kGraphBuilds = 100;
-      cudaGraph_t graph;
-      SPARSE_SWA_RETURN_IF_ERROR(cuda_check(
-          cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "BeginCapture"));
-      for (int i = 0; i < kGraphBuilds; ++i) SPARSE_SWA_RETURN_IF_ERROR(b.build(in, &md));
-      SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaStreamEndCapture(stream, &graph), "EndCapture"));
-      cudaGraphExec_t exec;
-      SPARSE_SWA_RETURN_IF_ERROR(
-          cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      std::vector<double> per_build;
-      for (int rep = 0; rep < 21; ++rep) {
-        cudaEventRecord(e0, stream);
-        cudaGraphLaunch(exec, stream);
-        cudaEventRecord(e1, stream);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (rep > 0) per_build.push_back(ms * 1e3 / kGraphBuilds);
-      }
-      device_us = median(per_build);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetLastError(), "device timing"));
+      // Device time: a graph of back-to-back builds, replayed; median per build.
+      auto per_build = device_time_per_call(stream, [&] { return b.build(in, &md); });
+      SPARSE_SWA_RETURN_IF_ERROR(per_build.status());
+      device_us = per_build.value();
       SPARSE_SWA_RETURN_IF_ERROR(b.take_device_error());
       floor_us = bytes / bandwidth * 1e6;
     }
@@ -303,8 +352,16 @@ Status run_bench(const BenchOptions& opts) {
                        {"update_draft_host_us_median", median(update_us)},
                        {"device_us_per_build", device_us},
                        {"output_bytes", bytes},
-                       {"write_floor_us", floor_us},
-                       {"round_trip_floor_us", round_trip_us}});
+                       {"write_floor_us", floor_us}});
+#if SPARSE_SWA_HAS_CUDA
+    if (cuda) {
+      results.back()["round_trip_floor_us"] = floors.memset_us;
+      results.back()["enqueue_floor_us"] = floors.memset_enqueue_us;
+      results.back()["launch_round_trip_floor_us"] = floors.launch_us;
+      results.back()["launch_enqueue_floor_us"] = floors.launch_enqueue_us;
+      results.back()["launch_device_floor_us"] = floors.launch_device_us;
+    }
+#endif
   }
 #if SPARSE_SWA_HAS_CUDA
   if (stream != nullptr) cudaStreamDestroy(stream);
