@@ -1,7 +1,9 @@
-// The one per-step kernel of the CUDA metadata builder: every per-token output in one launch, a
-// warp per token row. A row costs two rounds of dependent loads: the token's request (hinted by the
+// The one per-step kernel of the CUDA metadata builder: every per-token output in one launch. A
+// warp takes one decode token, one DSpark draft request (its rows are all alike) or a run of
+// prefill tokens. A warp's rows cost two rounds of dependent loads: the request (hinted by the
 // host split, all candidates' query ranges and seq_lens in one round) and its block ids (one per
-// lane); everything else is arithmetic on registers and shuffles.
+// lane); everything else is arithmetic on registers and shuffles. The shared paths fall back to
+// the per-token path for anything unusual; it writes the same values and flags device errors.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -114,15 +116,152 @@ __device__ void build_row(const MetadataKernelParams& p, int32_t t, int lane) {
   if (lane == 0) *len = n;
 }
 
+// DSpark draft rows: every token of a request has the same non-causal window, so one warp takes a
+// whole request (q <= 32 tokens, the decodes' shared query length), computes the row once and
+// stores it for each valid token. Returns false, having written nothing, when anything differs
+// from that common case; the per-token path then writes the same values (and flags errors).
+__device__ bool build_draft_request(const MetadataKernelParams& p, int32_t t0, int32_t count,
+                                    int lane) {
+  const int64_t slot = lane < count ? p.slot_mapping[t0 + lane] : 0;
+  const int32_t num_real = __ldg(p.query_start_loc + p.num_reqs);
+  TokenRequest q;
+  const bool found = find_by_host_split(p, t0, lane, &q);
+  if (!found || t0 + count > num_real || q.query_start != t0 || q.query_end != t0 + count) {
+    return false;
+  }
+  const int32_t ql = count, prefix = q.seq_len - ql;
+  const formulas::Window w = formulas::noncausal_window(prefix, q.seq_len, p.window);
+  const int32_t n = w.size(), width = p.decode_width;
+  const BlockSize bs{p.block_size, p.block_shift};
+  if (prefix < 0 || n < 1 || n > width || w.end > q.seq_len ||
+      bs.block(w.end - 1) >= p.block_table_cols || width % 4 != 0 || bs.shift < 2) {
+    return false;
+  }
+  const int32_t* bt_row = p.block_table + static_cast<int64_t>(q.r) * p.block_table_stride;
+  const RowBlocks blocks = load_row_blocks(bt_row, bs.block(w.start), bs.block(w.end - 1), lane);
+  if (!blocks.in_lanes) return false;
+  const bool mine = lane < count;
+  const unsigned valid = __ballot_sync(kFullMask, mine && slot >= 0);
+  bool bad = false;
+  for (int32_t base = 0; base < width; base += 4 * kWarp) {
+    const int32_t j0 = base + 4 * lane;
+    const int4 v = row_chunk(j0, n, w.start, blocks, bs, &bad);
+    if (j0 >= width) continue;
+    for (int32_t j = 0; j < count; ++j) {
+      int4* out =
+          reinterpret_cast<int4*>(p.decode_rows + static_cast<int64_t>(t0 + j) * width + j0);
+      *out = (valid >> j) & 1u ? v : make_int4(-1, -1, -1, -1);
+    }
+  }
+  if (bad && valid != 0) flag(p, kDeviceErrorBlockTable | kDeviceErrorSlotOverflow);
+  if (mine) {
+    if (slot < -1) flag(p, kDeviceErrorSlotValue);
+    p.token_to_req[t0 + lane] = q.r;
+    p.is_valid[t0 + lane] = slot >= 0 ? 1 : 0;
+    p.decode_lens[t0 + lane] = slot >= 0 ? n : 0;
+  }
+  return true;
+}
+
+// Prefill tokens: a warp takes kPrefillRun consecutive tokens; those of the first token's request
+// share its lookup and one load of its block ids, and each row is then arithmetic and one store
+// per lane. Returns how many leading tokens it wrote (0: none; the per-token path takes the rest).
+// 4 measured best for 8 x 1024 prefill tokens on the H200 (2: 4.4 us, 4: 3.85 us, 8: 4.15 us).
+constexpr int32_t kPrefillRun = 4;
+
+__device__ int32_t build_prefill_run(const MetadataKernelParams& p, int32_t t0, int32_t size,
+                                     int lane) {
+  const int64_t slot = lane < size ? p.slot_mapping[t0 + lane] : 0;
+  const int32_t num_real = __ldg(p.query_start_loc + p.num_reqs);
+  TokenRequest q;
+  const bool found = find_by_host_split(p, t0, lane, &q);
+  if (p.num_reqs == 0 || t0 >= num_real) return 0;
+  if (!found) q = search_request(p, t0, lane);
+  const int32_t count = min(size, q.query_end - t0);
+  const int32_t ql = q.query_end - q.query_start, prefix = q.seq_len - ql;
+  const int32_t width = p.prefill_width;
+  const BlockSize bs{p.block_size, p.block_shift};
+  const int32_t pos0 = q.seq_len - ql + (t0 - q.query_start);
+  const formulas::Window first = formulas::causal_window(pos0, p.window, 0, 0);
+  const formulas::Window last = formulas::causal_window(pos0 + count - 1, p.window, 0, 0);
+  if (count < 1 || ql < 0 || prefix < 0 || last.size() > width || last.end > q.seq_len ||
+      bs.block(last.end - 1) >= p.block_table_cols || width % 4 != 0 || bs.shift < 2) {
+    return 0;
+  }
+  const int32_t* bt_row = p.block_table + static_cast<int64_t>(q.r) * p.block_table_stride;
+  const RowBlocks blocks =
+      load_row_blocks(bt_row, bs.block(first.start), bs.block(last.end - 1), lane);
+  if (!blocks.in_lanes) return 0;
+  const bool mine = lane < count;
+  const unsigned valid = __ballot_sync(kFullMask, mine && slot >= 0);
+  const int32_t row0 = t0 - p.num_decode_tokens;
+  bool bad = false;
+  for (int32_t j = 0; j < count; ++j) {
+    const formulas::Window w = formulas::causal_window(pos0 + j, p.window, 0, 0);
+    const bool row_valid = (valid >> j) & 1u;
+    int32_t* row = p.prefill_rows + static_cast<int64_t>(row0 + j) * width;
+    for (int32_t base = 0; base < width; base += 4 * kWarp) {
+      const int32_t j0 = base + 4 * lane;
+      const int4 v = row_chunk(j0, row_valid ? w.size() : 0, w.start, blocks, bs, &bad);
+      if (j0 < width) *reinterpret_cast<int4*>(row + j0) = v;
+    }
+  }
+  if (bad) flag(p, kDeviceErrorBlockTable | kDeviceErrorSlotOverflow);
+  if (mine) {
+    if (slot < -1) flag(p, kDeviceErrorSlotValue);
+    p.token_to_req[t0 + lane] = q.r;
+    p.is_valid[t0 + lane] = slot >= 0 ? 1 : 0;
+    p.prefill_lens[row0 + lane] =
+        slot >= 0 ? formulas::causal_window(pos0 + lane, p.window, 0, 0).size() : 0;
+  }
+  return count;
+}
+
+// Work units: the decode tokens in groups of draft_group(p) (whole DSpark draft requests, else one
+// token), then the prefill tokens in runs of prefill_run(p).
+__host__ __device__ inline int32_t draft_group(const MetadataKernelParams& p) {
+  const bool drafts =
+      !p.update_only && p.noncausal && p.decode_query_len >= 2 && p.decode_query_len <= 32;
+  return drafts ? p.decode_query_len : 1;
+}
+
+__host__ __device__ inline int32_t prefill_run(const MetadataKernelParams& p) {
+  return p.update_only || p.with_image ? 1 : kPrefillRun;
+}
+
+__host__ __device__ inline int32_t num_units(const MetadataKernelParams& p) {
+  const int32_t g = draft_group(p), run = prefill_run(p);
+  const int32_t prefill_rows = p.update_only ? 0 : p.num_tokens - p.num_decode_tokens;
+  return (p.num_decode_tokens + g - 1) / g + (prefill_rows + run - 1) / run;
+}
+
+__device__ void build_unit(const MetadataKernelParams& p, int32_t unit, int lane) {
+  const int32_t g = draft_group(p);
+  const int32_t decode_units = (p.num_decode_tokens + g - 1) / g;
+  if (unit >= decode_units) {
+    const int32_t run = prefill_run(p);
+    const int32_t t0 = p.num_decode_tokens + (unit - decode_units) * run;
+    const int32_t size = min(run, p.num_tokens - t0);
+    const int32_t done = size > 1 ? build_prefill_run(p, t0, size, lane) : 0;
+    for (int32_t t = t0 + done; t < t0 + size; ++t) build_row(p, t, lane);
+    return;
+  }
+  const int32_t t0 = unit * g;
+  const int32_t count = min(g, p.num_decode_tokens - t0);
+  if (g > 1 && build_draft_request(p, t0, count, lane)) return;
+  for (int32_t t = t0; t < t0 + count; ++t) build_row(p, t, lane);
+}
+
 __global__ void __launch_bounds__(kMetadataKernelThreads)
     build_metadata_kernel(const MetadataKernelParams p) {
   // Indices fit int32: rows <= max_num_batched_tokens, the grid is capped (metadata_kernel_blocks).
   const int lane = threadIdx.x % kWarp;
   const int32_t warps_per_block = blockDim.x / kWarp;
   const int32_t total_warps = gridDim.x * warps_per_block;
-  const int32_t rows = p.update_only ? p.num_decode_tokens : p.num_tokens;
-  for (int32_t t = blockIdx.x * warps_per_block + threadIdx.x / kWarp; t < rows; t += total_warps) {
-    build_row(p, t, lane);
+  const int32_t units = num_units(p);
+  for (int32_t u = blockIdx.x * warps_per_block + threadIdx.x / kWarp; u < units;
+       u += total_warps) {
+    build_unit(p, u, lane);
   }
   if (p.update_only) return;
   const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
@@ -174,8 +313,7 @@ cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* la
 
 int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks) {
   const int warps_per_block = kMetadataKernelThreads / kWarp;
-  const int32_t rows = p.update_only ? p.num_decode_tokens : p.num_tokens;
-  int64_t blocks = (static_cast<int64_t>(rows) + warps_per_block - 1) / warps_per_block;
+  int64_t blocks = (static_cast<int64_t>(num_units(p)) + warps_per_block - 1) / warps_per_block;
   if (!p.update_only) {
     // The lens tail: about 4 elements per thread.
     const int64_t tail = p.num_decode_tokens > 0 ? p.lens_capacity - p.num_decode_tokens : 0;

@@ -121,6 +121,32 @@ __device__ inline int32_t block_id(const RowBlocks& b, int32_t blk, bool needed)
   return needed ? __ldg(b.bt_row + blk) : 0;
 }
 
+// Entries [j0, j0 + 4) of a row of n entries from position start: slots, -1 past n. Needs block
+// sizes of >= 4 positions (bs.shift >= 2), so that the 4 entries lie in at most two blocks (two
+// shuffles, one 64-bit slot base each), and the row's blocks in lanes. All lanes must call it.
+__device__ inline int4 row_chunk(int32_t j0, int32_t n, int32_t start, const RowBlocks& blocks,
+                                 const BlockSize& bs, bool* bad) {
+  const int32_t mask = bs.size - 1;
+  const int32_t pos = start + j0;
+  const int32_t blk = pos >> bs.shift;
+  const int32_t off = pos & mask;
+  const bool needed = j0 < n;
+  const bool crosses = needed && off + min(n - j0, 4) - 1 > mask;  // its last needed entry
+  const int32_t id0 = block_id(blocks, blk, needed);
+  const int32_t id1 = block_id(blocks, blk + 1, needed && crosses);
+  const int64_t slot0 = (static_cast<int64_t>(id0) << bs.shift) + off;
+  const int64_t slot1 = (static_cast<int64_t>(id1) << bs.shift) + off - bs.size;
+  int32_t v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t slot = off + i > mask ? slot1 + i : slot0 + i;
+    const bool ok = slot >= 0 && slot <= INT_MAX;
+    *bad |= j0 + i < n && !ok;
+    v[i] = j0 + i < n && ok ? static_cast<int32_t>(slot) : -1;
+  }
+  return make_int4(v[0], v[1], v[2], v[3]);
+}
+
 // row[j] = slot of position start + j for j < n (n >= 1), else -1; j < width; the positions' blocks
 // lie in `blocks`. Entries go out 4 per lane in 16-byte stores when width % 4 == 0 (rows are then
 // 16-byte aligned), else one per lane. Returns true when a slot was out of range.
@@ -128,29 +154,10 @@ __device__ inline bool write_row(int32_t* row, int32_t width, int32_t n, int32_t
                                  const RowBlocks& blocks, const BlockSize& bs, int lane) {
   bool bad = false;
   if (width % 4 == 0 && bs.shift >= 2 && blocks.in_lanes) {
-    // Blocks of >= 4 positions: a lane's 4 entries lie in at most two blocks, so two shuffles
-    // and one 64-bit slot base per block.
-    const int32_t mask = bs.size - 1;
     for (int32_t base = 0; base < width; base += 4 * kWarp) {
       const int32_t j0 = base + 4 * lane;
-      const int32_t pos = start + j0;
-      const int32_t blk = pos >> bs.shift;
-      const int32_t off = pos & mask;
-      const bool needed = j0 < n;
-      const bool crosses = needed && off + min(n - j0, 4) - 1 > mask;  // its last needed entry
-      const int32_t id0 = block_id(blocks, blk, needed);
-      const int32_t id1 = block_id(blocks, blk + 1, needed && crosses);
-      const int64_t slot0 = (static_cast<int64_t>(id0) << bs.shift) + off;
-      const int64_t slot1 = (static_cast<int64_t>(id1) << bs.shift) + off - bs.size;
-      int32_t v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t slot = off + i > mask ? slot1 + i : slot0 + i;
-        const bool ok = slot >= 0 && slot <= INT_MAX;
-        bad |= j0 + i < n && !ok;
-        v[i] = j0 + i < n && ok ? static_cast<int32_t>(slot) : -1;
-      }
-      if (j0 < width) *reinterpret_cast<int4*>(row + j0) = make_int4(v[0], v[1], v[2], v[3]);
+      const int4 v = row_chunk(j0, n, start, blocks, bs, &bad);
+      if (j0 < width) *reinterpret_cast<int4*>(row + j0) = v;
     }
   } else if (width % 4 == 0) {
     for (int32_t base = 0; base < width; base += 4 * kWarp) {
