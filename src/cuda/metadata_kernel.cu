@@ -220,8 +220,9 @@ __device__ int32_t build_prefill_run(const MetadataKernelParams& p, int32_t t0, 
 // Work units: the decode tokens in groups of draft_group(p) (whole DSpark draft requests, else one
 // token), then the prefill tokens in runs of prefill_run(p).
 __host__ __device__ inline int32_t draft_group(const MetadataKernelParams& p) {
-  const bool drafts =
-      !p.update_only && p.noncausal && p.decode_query_len >= 2 && p.decode_query_len <= 32;
+  // With images the per-token path also writes the decode tokens' (zero) visibility.
+  const bool drafts = !p.update_only && !p.with_image && p.noncausal && p.decode_query_len >= 2 &&
+                      p.decode_query_len <= 32;
   return drafts ? p.decode_query_len : 1;
 }
 

@@ -111,6 +111,7 @@ BuilderConfig RandomBatch::config_for(BatchMode mode) {
       c.speculative_method = SpeculativeMethod::kDspark;
       c.num_speculative_tokens = uniform(1, 7);
       c.parallel_drafting = chance(0.5);
+      if (chance(0.3)) c.max_image_tokens = uniform(1, 64);  // drafts beside an image prefill
       break;
     case BatchMode::kImage:
       c.max_image_tokens = chance(0.2) ? uniform(1, 4) : uniform(1, 96);
@@ -198,9 +199,14 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
     bool prefill;
   };
   std::vector<Req> reqs;
+  // DSpark drafts usually share one query length (k + 1); then and now they differ.
+  const bool shared_q = mode == BatchMode::kDsparkNonCausal && chance(0.5);
+  const int32_t draft_q = chance(0.5) ? theta : uniform(1, theta);
   for (int32_t i = 0; i < num_decodes; ++i) {
     int32_t ql = 1;
-    if (mode != BatchMode::kPlainDecode && theta > 1) {
+    if (shared_q) {
+      ql = draft_q;
+    } else if (mode != BatchMode::kPlainDecode && theta > 1) {
       ql = chance(0.3) ? theta : uniform(1, theta);
     }
     reqs.push_back({0, ql, false});
