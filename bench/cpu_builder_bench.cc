@@ -104,13 +104,12 @@ void BM_HostPlan(benchmark::State& state, Shape shape) {
   const BatchInput input = batch.input();
   std::vector<int32_t> seq_lens(config.max_num_seqs), query_lens(config.max_num_seqs);
   for (auto _ : state) {
-    const Status st = detail::check_batch(config, d, input, /*arrays_on_host=*/false);
+    detail::StepSplit split;
+    const Status st = detail::check_batch(config, d, input, /*arrays_on_host=*/false, &split);
     if (!st.ok()) {
       state.SkipWithError(st.to_string().c_str());
       break;
     }
-    const detail::StepSplit split = detail::split_decodes_and_prefills(
-        input.query_start_loc, input.num_tokens(), d.decode_threshold);
     SwaMetadata md = detail::step_metadata_scalars(config, d, input, split, MemorySpace::kDevice);
     detail::fill_prefill_host_plan(input, split, seq_lens.data(), query_lens.data());
     benchmark::DoNotOptimize(md);

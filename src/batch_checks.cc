@@ -8,37 +8,75 @@
 
 namespace sparse_swa::detail {
 
-StepSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_tokens,
-                                     int32_t theta) {
+namespace {
+
+// The smallest and largest query length of a step's requests.
+struct QueryLengthRange {
+  int32_t min = std::numeric_limits<int32_t>::max();
+  int32_t max = 0;
+};
+
+// The split, given the range of the query lengths: a decode-only step needs nothing more, else
+// one scalar pass finds the first prefill.
+StepSplit split_from_range(std::span<const int32_t> qsl, int32_t num_tokens, int32_t theta,
+                           QueryLengthRange range) {
   StepSplit s;
   const int32_t num_reqs = static_cast<int32_t>(qsl.size()) - 1;
-  // One pass over the query lengths (vectorised); a decode-only step ends there.
-  int32_t min_ql = std::numeric_limits<int32_t>::max(), max_ql = 0;
-  for (int32_t r = 0; r < num_reqs; ++r) {
-    const int32_t ql = qsl[r + 1] - qsl[r];
-    min_ql = std::min(min_ql, ql);
-    max_ql = std::max(max_ql, ql);
-  }
-  s.max_query_len = max_ql;
+  s.max_query_len = range.max;
   // Requests before the first one with query_len > theta are decodes (the reference's
   // max_query_len <= theta shortcut gives the same answer).
   int32_t first_prefill = num_reqs;
-  if (max_ql > theta) {
-    min_ql = std::numeric_limits<int32_t>::max();
-    max_ql = 0;
+  if (range.max > theta) {
+    range = QueryLengthRange{};
     for (first_prefill = 0; first_prefill < num_reqs; ++first_prefill) {
       const int32_t ql = qsl[first_prefill + 1] - qsl[first_prefill];
       if (ql > theta) break;
-      min_ql = std::min(min_ql, ql);
-      max_ql = std::max(max_ql, ql);
+      range.min = std::min(range.min, ql);
+      range.max = std::max(range.max, ql);
     }
   }
   s.num_decodes = first_prefill;
   s.num_prefills = num_reqs - first_prefill;
   s.num_decode_tokens = first_prefill == num_reqs ? num_tokens : qsl[first_prefill];
   s.num_prefill_tokens = num_tokens - s.num_decode_tokens;
-  s.decode_query_len = first_prefill > 0 && min_ql == max_ql ? max_ql : 0;
+  s.decode_query_len = first_prefill > 0 && range.min == range.max ? range.max : 0;
   return s;
+}
+
+// Both passes below are the host's per-request work on every step: 32-bit lanes, no branches,
+// and on x86-64 an AVX2 clone chosen at load time when the CPU has it.
+// (Not in sanitizer builds, where the clones' load-time resolver runs before the runtime.)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPARSE_SWA_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARSE_SWA_SANITIZED 1
+#endif
+#if defined(__x86_64__) && defined(__linux__) && !defined(SPARSE_SWA_SANITIZED)
+#define SPARSE_SWA_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SPARSE_SWA_VECTOR_CLONES
+#endif
+
+SPARSE_SWA_VECTOR_CLONES
+QueryLengthRange query_length_range(const int32_t* qsl, int32_t num_reqs) {
+  QueryLengthRange range;
+  for (int32_t r = 0; r < num_reqs; ++r) {
+    const int32_t ql = qsl[r + 1] - qsl[r];
+    range.min = std::min(range.min, ql);
+    range.max = std::max(range.max, ql);
+  }
+  return range;
+}
+
+}  // namespace
+
+StepSplit split_decodes_and_prefills(std::span<const int32_t> qsl, int32_t num_tokens,
+                                     int32_t theta) {
+  const int32_t num_reqs = static_cast<int32_t>(qsl.size()) - 1;
+  return split_from_range(qsl, num_tokens, theta, query_length_range(qsl.data(), num_reqs));
 }
 
 std::span<const int32_t> host_query_start_loc(const BatchInput& b) {
@@ -52,21 +90,28 @@ namespace {
 
 // One branch-free pass that tells whether any per-request rule below can fail: query_start_loc
 // starts at 0 and never decreases, seq_len >= query_len, the table covers seq_len. Valid batches
-// (the common case) then skip the detailed checks, which exist to word the error.
-bool requests_plainly_valid(std::span<const int32_t> qsl, std::span<const int32_t> seq,
-                            int64_t covered) {
-  // 32-bit lanes so that the loop vectorises; unsigned differences never overflow, and they are
-  // the query lengths whenever the other rules hold (qsl starts at 0 and never decreases).
-  const int32_t covered32 = static_cast<int32_t>(std::min<int64_t>(covered, INT32_MAX));
-  const int32_t* q = qsl.data();
-  const int32_t* s = seq.data();
-  const size_t n = seq.size();
+// (the common case) then skip the detailed checks, which exist to word the error. The same pass
+// gives the range of the query lengths, for the split.
+struct RequestScan {
+  bool plainly_valid;
+  QueryLengthRange range;  // the query lengths' when plainly_valid
+};
+
+SPARSE_SWA_VECTOR_CLONES
+RequestScan scan_requests(const int32_t* qsl, const int32_t* seq, int32_t num_reqs,
+                          int32_t covered) {
+  // Unsigned differences never overflow, and they are the query lengths whenever the other rules
+  // hold (qsl starts at 0 and never decreases).
   int32_t bad = 0;
-  for (size_t r = 0; r < n; ++r) {
-    const uint32_t ql = static_cast<uint32_t>(q[r + 1]) - static_cast<uint32_t>(q[r]);
-    bad |= (q[r + 1] < q[r]) | (s[r] < 0) | (static_cast<uint32_t>(s[r]) < ql) | (s[r] > covered32);
+  QueryLengthRange range;
+  for (int32_t r = 0; r < num_reqs; ++r) {
+    const uint32_t ql = static_cast<uint32_t>(qsl[r + 1]) - static_cast<uint32_t>(qsl[r]);
+    bad |= (qsl[r + 1] < qsl[r]) | (seq[r] < 0) | (static_cast<uint32_t>(seq[r]) < ql) |
+           (seq[r] > covered);
+    range.min = std::min(range.min, static_cast<int32_t>(ql));
+    range.max = std::max(range.max, static_cast<int32_t>(ql));
   }
-  return q[0] == 0 && bad == 0;
+  return {qsl[0] == 0 && bad == 0, range};
 }
 
 Status check_query_start_loc(std::span<const int32_t> qsl, std::string_view name) {
@@ -95,7 +140,7 @@ Status check_seq_lens(std::span<const int32_t> qsl, std::span<const int32_t> seq
 }  // namespace
 
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
-                   bool arrays_on_host) {
+                   bool arrays_on_host, StepSplit* split) {
   const int64_t num_reqs = static_cast<int64_t>(b.seq_lens.size());
   const int64_t num_tokens = static_cast<int64_t>(b.slot_mapping.size());
   if (num_reqs > config.max_num_seqs) {
@@ -135,7 +180,10 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   }
   // Positions the table covers; compared without a division per request (hot path).
   const int64_t covered = bt.cols * int64_t{config.block_size};
-  const bool plainly_valid = requests_plainly_valid(qsl, seq, covered);
+  const RequestScan scan =
+      scan_requests(qsl.data(), seq.data(), static_cast<int32_t>(num_reqs),
+                    static_cast<int32_t>(std::min<int64_t>(covered, INT32_MAX)));
+  const bool plainly_valid = scan.plainly_valid;
   if (!plainly_valid) {
     SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(
         qsl, has_host_copies ? "batch.query_start_loc_host" : "batch.query_start_loc"));
@@ -162,6 +210,11 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
         speculative_method_name(config.speculative_method));
   }
 
+  if (split != nullptr) {
+    const int32_t tokens = static_cast<int32_t>(num_tokens);
+    *split = plainly_valid ? split_from_range(qsl, tokens, derived.decode_threshold, scan.range)
+                           : split_decodes_and_prefills(qsl, tokens, derived.decode_threshold);
+  }
   if (!arrays_on_host) return Status::Ok();
   // CPU backend: the arrays themselves are host memory and are what the rows are built from.
   if (has_host_copies) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "batch_checks.h"
+#include "support/test_batch.h"
 
 namespace sparse_swa::detail {
 namespace {
@@ -87,6 +88,40 @@ TEST(BatchSplit, MatchesTheDefinitionOnRandomBatches) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial);
     expect_split(split_decodes_and_prefills(qsl, num_tokens, theta),
                  split_by_definition(query_lens, num_tokens, theta));
+  }
+}
+
+// The builders take the split from check_batch's own pass over the requests: it must equal the
+// split of the host copies.
+TEST(BatchSplit, CheckBatchGivesTheSameSplit) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 500; ++trial) {
+    BuilderConfig c;
+    c.window_size = 8;
+    c.block_size = 4;
+    c.max_num_batched_tokens = 4096;
+    c.max_num_seqs = 64;
+    c.max_model_len = 512;
+    c.num_speculative_tokens = std::uniform_int_distribution<int32_t>(0, 4)(rng);
+    c.speculative_method =
+        c.num_speculative_tokens > 0 ? SpeculativeMethod::kMtp : SpeculativeMethod::kNone;
+    const DerivedConfig d = derive_config(c);
+    testing::TestBatch batch(c.block_size);
+    const int32_t n = std::uniform_int_distribution<int32_t>(0, 40)(rng);
+    const bool shared = rng() % 2 == 0;
+    for (int32_t r = 0; r < n; ++r) {
+      const int32_t q = rng() % 6 == 0 ? std::uniform_int_distribution<int32_t>(1, 40)(rng)
+                        : shared       ? d.decode_threshold
+                                       : std::uniform_int_distribution<int32_t>(0, 3)(rng);
+      batch.add_identity_request(q + std::uniform_int_distribution<int32_t>(0, 50)(rng), q);
+    }
+    batch.pad_tokens(std::uniform_int_distribution<int32_t>(0, 3)(rng));
+    const BatchInput input = batch.input();
+    StepSplit split;
+    ASSERT_TRUE(check_batch(c, d, input, /*arrays_on_host=*/true, &split).ok());
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    expect_split(split, split_decodes_and_prefills(input.query_start_loc, input.num_tokens(),
+                                                   d.decode_threshold));
   }
 }
 

@@ -120,11 +120,10 @@ void CpuMetadataBuilder::write_rows(const BatchInput& b, int32_t first_token, in
 Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const BuilderConfig& c = config();
   const DerivedConfig& d = derived();
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true));
-  const auto qsl_host = host_query_start_loc(b);
+  StepSplit split;
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true, &split));
   const int32_t num_reqs = b.num_reqs();
   const int32_t num_tokens = b.num_tokens();
-  const StepSplit split = split_decodes_and_prefills(qsl_host, num_tokens, d.decode_threshold);
   SPARSE_SWA_RETURN_IF_ERROR(
       build_span_csr(b.image_spans, b.seq_lens, c.max_image_tokens, &spans_));
   const bool with_image =

@@ -250,10 +250,9 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
           "backend needs host copies of query_start_loc and seq_lens");
     }
   }
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/false));
-  const auto qsl_host = host_query_start_loc(b);
+  StepSplit split;
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/false, &split));
   const int32_t num_tokens = b.num_tokens();
-  const StepSplit split = split_decodes_and_prefills(qsl_host, num_tokens, d.decode_threshold);
 
   MetadataKernelParams p = base_params(b);
   SPARSE_SWA_RETURN_IF_ERROR(stage_spans(b, &p));
