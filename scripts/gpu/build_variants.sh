@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds extra `sparse-swa` binaries for a side-by-side bench on the GPU machine (scripts/gpu/
 # bench_variants.sh), into .gpu-bin/variants/NAME:
-#   scripts/gpu/build_variants.sh NAME=CUDA_FLAGS ...   (e.g. min8=-DSPARSE_SWA_METADATA_MIN_BLOCKS=8)
+#   scripts/gpu/build_variants.sh NAME=CUDA_FLAGS ...   (e.g. fastmath=--use_fast_math)
 #   scripts/gpu/build_variants.sh base@REV ...          (the tree at git revision REV)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
