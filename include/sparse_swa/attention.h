@@ -53,6 +53,13 @@ struct SparseAttentionParams {
 
   // CUDA only, optional device int32 [1]: adds the number of masked out-of-range entries.
   int32_t* bad_index_count = nullptr;
+
+  // CUDA only, optional device scratch, 16-byte aligned: lets the kernel split each token's keys
+  // over several CTAs when tokens x heads alone would leave SMs idle (small batches). Size it with
+  // sparse_attention_workspace_bytes(); none, or too small, only means fewer splits. Reused by
+  // every call on the same stream (calls on different streams need their own).
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 // Runs the attention on `backend`: every pointer and view must be in host memory for kCpu and in
@@ -60,6 +67,10 @@ struct SparseAttentionParams {
 // before anything runs. cuda_stream is a cudaStream_t (nullptr = default stream).
 Status sparse_attention(const SparseAttentionParams& params, Backend backend,
                         void* cuda_stream = nullptr);
+
+// Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths) on the current
+// device: 0 when it would not split the keys, without a CUDA build or without a device.
+int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 
 // The CPU reference without output rounding: out [T, H, 512] and lse [T, H] in double (host
 // memory; params.out and params.lse are ignored).

@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE_SWA_BENCH=OFF \
   -DSPARSE_SWA_PYTHON=OFF -DSPARSE_SWA_TEST_DATA_DIR=tests/data >/dev/null
-cmake --build build-gpu -j "$(nproc)" --target sparse_swa_tests sparse-swa sparse_swa_cuda_launch_probe
+cmake --build build-gpu -j "$(nproc)" --target sparse_swa_tests sparse-swa sparse_swa_cuda_launch_probe \
+  sparse_swa_attention_bench
 rm -rf .gpu-bin && mkdir .gpu-bin
-cp build-gpu/tests/sparse_swa_tests build-gpu/sparse-swa build-gpu/bench/sparse_swa_cuda_launch_probe .gpu-bin/
+cp build-gpu/tests/sparse_swa_tests build-gpu/sparse-swa build-gpu/bench/sparse_swa_cuda_launch_probe \
+  build-gpu/bench/sparse_swa_attention_bench .gpu-bin/
 strip .gpu-bin/*
 rm -rf .shared && cp -r ../shared .shared && chmod -R u+w .shared
 du -sh .gpu-bin .shared

@@ -231,6 +231,15 @@ Status sparse_attention(const SparseAttentionParams& params, Backend backend, vo
   return Status::Ok();
 }
 
+int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params) {
+#if SPARSE_SWA_HAS_CUDA
+  return detail::cuda_sparse_attention_workspace_bytes(params);
+#else
+  (void)params;
+  return 0;
+#endif
+}
+
 Status sparse_attention_cuda_from_host(const SparseAttentionParams& host_params) {
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_attention_shapes(host_params, MemorySpace::kHost));
 #if SPARSE_SWA_HAS_CUDA

@@ -1,8 +1,10 @@
-// CUDA sparse attention: one CTA per (query token, group of up to 16 heads). Keys of both
-// segments are walked as one list (SWA entries first), 32 at a time: resolved to cache
-// addresses (masked when -1, past the length or out of range), decoded to fp32 in shared memory,
-// scored against every head of the group and folded into one online softmax in fp32.
-// No host sync, no allocation: graph-capturable. Correct first; the next issue makes it fast.
+// CUDA sparse attention: the entry point and the general kernel. Calls whose segments are all
+// fp8_ds_mla caches go to the tensor-core kernel (attention_ds_mla.cu); the rest (bf16 and
+// fp8_e4m3 caches, mixes) run here: one CTA per (query token, group of up to 16 heads), keys of
+// both segments walked as one list (SWA entries first), 32 at a time: resolved to cache addresses
+// (masked when -1, past the length or out of range), decoded to fp32 in shared memory, scored
+// against every head of the group and folded into one online softmax in fp32 (SIMT).
+// No host sync, no allocation: graph-capturable.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
+#include "cuda/attention_ds_mla.cuh"
 #include "cuda/attention_launch.cuh"
 #include "cuda/kv_codec_launch.cuh"
 
@@ -307,6 +310,9 @@ Status check_pointers(const SparseAttentionParams& p) {
   if (p.bad_index_count != nullptr) {
     SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.bad_index_count, "params.bad_index_count"));
   }
+  if (p.workspace != nullptr && p.workspace_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.workspace, "params.workspace"));
+  }
   SPARSE_SWA_RETURN_IF_ERROR(
       check_segment_pointers(p.swa_indices, p.swa_cache, "params.swa_indices.data",
                              "params.swa_indices.lens", "params.swa_cache.data"));
@@ -385,7 +391,17 @@ Status upload_cache(const ConstKvCacheView& c, DeviceBytes* data, ConstKvCacheVi
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) {
   if (p.num_tokens == 0) return Status::Ok();
   SPARSE_SWA_RETURN_IF_ERROR(check_cuda_device());
+  if (p.workspace_bytes < 0) {
+    return invalid_argument("params.workspace_bytes: expected >= 0, got ", p.workspace_bytes);
+  }
+  if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) {
+    return invalid_argument("params.workspace: expected a 16-byte aligned address, got ",
+                            p.workspace);
+  }
   if (!stream_capturing(cuda_stream)) SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p));
+  if (ds_mla_attention_applies(p)) {
+    return launch_ds_mla_attention(p, static_cast<cudaStream_t>(cuda_stream));
+  }
   const bool has_extra = p.extra_indices.rows != 0;
 
   // Heads per CTA: the smallest power of two covering H, at most 16.
@@ -421,6 +437,17 @@ Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) 
     default:
       return launch<16>(args, p.num_tokens, stream);
   }
+}
+
+int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p) {
+  if (!ds_mla_attention_applies(p) || p.num_tokens <= 0 || p.num_heads < 1) return 0;
+  int device = 0, num_sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return plan_ds_mla_attention(p, num_sms, -1).workspace_bytes;
 }
 
 Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {

@@ -17,6 +17,9 @@ Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
 // Launches on `cuda_stream`; `p` has passed check_attention_shapes(p, kDevice).
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);
 
+// sparse_attention_workspace_bytes() of a CUDA build.
+int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p);
+
 // Copies host params to the device, runs, copies back; `host_params` passed
 // check_attention_shapes(host_params, kHost).
 Status cuda_sparse_attention_from_host(const SparseAttentionParams& host_params);

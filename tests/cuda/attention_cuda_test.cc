@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -205,7 +206,7 @@ class DeviceProblem {
  public:
   DeviceProblem(const SparseAttentionParams& hp, const HostCache& swa, const IndexRows& swa_rows,
                 const HostCache* extra, const IndexRows* extra_rows, const std::vector<uint16_t>& q,
-                const std::vector<float>& sinks)
+                const std::vector<float>& sinks, bool with_workspace = false)
       : swa_cache_(swa.bytes),
         swa_idx_(swa_rows.data),
         swa_lens_(swa_rows.lens),
@@ -236,6 +237,13 @@ class DeviceProblem {
     }
     EXPECT_EQ(cudaMemset(bad_.get(), 0, sizeof(int32_t)), cudaSuccess);
     p_.bad_index_count = bad_.get();
+    if (with_workspace) {
+      const int64_t bytes = sparse_attention_workspace_bytes(p_);
+      workspace_ = std::make_unique<DeviceArray<uint8_t>>(static_cast<size_t>(bytes));
+      workspace_->poison();
+      p_.workspace = workspace_->get();
+      p_.workspace_bytes = bytes;
+    }
     out_.poison();
     lse_.poison();
   }
@@ -260,6 +268,7 @@ class DeviceProblem {
   DeviceArray<uint16_t> out_;
   DeviceArray<float> lse_;
   DeviceArray<int32_t> bad_;
+  std::unique_ptr<DeviceArray<uint8_t>> workspace_;
   SparseAttentionParams p_;
 };
 
@@ -320,13 +329,14 @@ struct Shape {
   int32_t heads, width, extra_width, swa_block, extra_block, tokens;
   CacheDtype swa_dtype, extra_dtype;
   bool sinks;
+  bool split = false;  // give the call a workspace, so small batches split their keys
 };
 
 std::string describe(const Shape& s) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s", s.heads, s.width,
+  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s", s.heads, s.width,
                 s.extra_width, s.swa_block, s.extra_block, s.tokens, cache_dtype_name(s.swa_dtype),
-                cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "");
+                cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "");
   return buf;
 }
 
@@ -375,7 +385,10 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
   hp.sinks = s.sinks ? sinks.data() : nullptr;
 
   DeviceProblem dev(hp, swa, swa_rows, has_extra ? &extra : nullptr,
-                    has_extra ? &extra_rows : nullptr, q, sinks);
+                    has_extra ? &extra_rows : nullptr, q, sinks, s.split);
+  if (s.split) {
+    EXPECT_GT(dev.params().workspace_bytes, 0) << describe(s) << ": expected a split plan";
+  }
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const Errors e = compare(hp, dev.out(), dev.lse());
@@ -392,6 +405,14 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
 constexpr CacheDtype kDs = CacheDtype::kFp8DsMla;
 constexpr CacheDtype kBf = CacheDtype::kBf16;
 constexpr CacheDtype kE4 = CacheDtype::kFp8E4m3;
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  return "H" + std::to_string(s.heads) + "_W" + std::to_string(s.width) + "_E" +
+         std::to_string(s.extra_width) + "_B" + std::to_string(s.swa_block) + "x" +
+         std::to_string(s.extra_block) + "_T" + std::to_string(s.tokens) + "_" +
+         cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "");
+}
 
 // Every listed value of every axis appears; heads 3, 20 and 100 check head counts that are not
 // a power of two or a multiple of the 16-head CTA group.
@@ -414,14 +435,20 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
                                            Shape{32, 256, 100, 256, 256, 1, kE4, kDs, false},
                                            Shape{128, 133, 0, 64, 0, 256, kDs, kDs, false},
                                            Shape{64, 1, 1024, 64, 2, 64, kDs, kDs, true}),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           const Shape& s = info.param;
-                           return "H" + std::to_string(s.heads) + "_W" + std::to_string(s.width) +
-                                  "_E" + std::to_string(s.extra_width) + "_B" +
-                                  std::to_string(s.swa_block) + "x" +
-                                  std::to_string(s.extra_block) + "_T" + std::to_string(s.tokens) +
-                                  "_" + cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "");
-                         });
+                         shape_name);
+
+// Small batches with a workspace: the keys of each token are split over several CTAs and merged
+// (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2).
+INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
+                         ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
+                                           Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
+                                           Shape{128, 128, 1024, 256, 64, 4, kDs, kDs, true, true},
+                                           Shape{8, 63, 100, 64, 2, 8, kDs, kDs, false, true},
+                                           Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
+                                           Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
+                                           Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
+                                           Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true}),
+                         shape_name);
 
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {

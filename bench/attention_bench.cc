@@ -1,0 +1,407 @@
+// sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode shapes.
+//
+// Method (bench/README.md#attention): fp8_ds_mla caches, attention sink on, random slots that no
+// two tokens share (except where a shape says so), every output checked against the CPU reference
+// on sampled tokens first; then 30 timed runs, each after a 256 MiB write that flushes the L2,
+// with CUDA events around the attention call alone (median and min), and 30 warm back-to-back
+// runs beside them. Memory floor: every key's 584 bytes + 4 index bytes, Q and O in bf16, at
+// 4.4 TB/s. Prints a table; --json FILE writes the numbers.
+//
+//   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--no-split]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sparse_swa/attention.h"
+
+namespace {
+
+using namespace sparse_swa;
+
+constexpr double kReadBandwidth = 4.4e12;  // bytes/s, the H200's measured copy rate
+
+struct Scenario {
+  const char* name;
+  int32_t tokens, heads;
+  int32_t swa_width, extra_width;  // row widths; lens are full unless extra_fill < 1
+  int32_t extra_block;             // page size of the extra cache (0: no extra segment)
+  double extra_fill;               // fraction of the extra row that is valid
+  int32_t group;                   // consecutive tokens of one request (MTP: 2)
+  double flashmla_us;              // its figure on the same machine (0: none)
+};
+
+// The shapes of sparse_mla_performance.md and their FlashMLA figures (same machine, same method).
+const Scenario kScenarios[] = {
+    {"flash_h64_b1", 1, 64, 128, 512, 64, 1.0, 1, 14.0},
+    {"flash_h64_b16", 16, 64, 128, 512, 64, 1.0, 1, 18.7},
+    {"flash_h64_b64", 64, 64, 128, 512, 64, 1.0, 1, 45.7},
+    {"flash_h64_b128", 128, 64, 128, 512, 64, 1.0, 1, 50.0},
+    {"flash_h64_b256", 256, 64, 128, 512, 64, 1.0, 1, 93.1},
+    {"pro_h128_b64", 64, 128, 128, 1024, 64, 1.0, 1, 56.3},
+    {"pro_h128_b128", 128, 128, 128, 1024, 64, 1.0, 1, 106.2},
+    {"swa_only_h64_b64", 64, 64, 128, 0, 0, 1.0, 1, 14.3},
+    {"tp8_h8_b64", 64, 8, 128, 512, 64, 1.0, 1, 45.7},
+    {"tp8_h8_b256", 256, 8, 128, 512, 64, 1.0, 1, 93.1},
+    {"tp4_h16_b64", 64, 16, 128, 512, 64, 1.0, 1, 45.7},
+    {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
+    {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
+    {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
+};
+
+struct Problem {
+  std::vector<uint8_t> swa_cache, extra_cache;
+  int64_t swa_blocks = 0, extra_blocks = 0, swa_stride = 0, extra_stride = 0;
+  std::vector<int32_t> swa_idx, swa_lens, extra_idx, extra_lens;
+  std::vector<uint16_t> q;
+  std::vector<float> sinks;
+  int64_t keys = 0;  // valid keys over all tokens
+};
+
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// A cache of n random rows (scales vary per slot), written with the library's CPU codec.
+void make_cache(int64_t slots, int32_t block_size, std::mt19937* rng, std::vector<uint8_t>* bytes,
+                int64_t* blocks, int64_t* stride) {
+  *blocks = (slots + block_size - 1) / block_size;
+  *stride = (block_size * kDsMlaContentBytes + 575) / 576 * 576;
+  bytes->assign(*blocks * *stride, 0);
+  const int64_t n = *blocks * block_size;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t chunk = 4096;
+  std::vector<float> rows(chunk * kHeadDim);
+  std::vector<int64_t> ids(chunk);
+  KvCacheView view{bytes->data(),         *blocks,           block_size, *stride,
+                   CacheDtype::kFp8DsMla, MemorySpace::kHost};
+  for (int64_t s0 = 0; s0 < n; s0 += chunk) {
+    const int64_t m = std::min(chunk, n - s0);
+    for (int64_t i = 0; i < m; ++i) {
+      const float scale = 0.5f + 0.25f * ((s0 + i) % 7);
+      for (int d = 0; d < kHeadDim; ++d) rows[i * kHeadDim + d] = normal(*rng) * scale;
+      ids[i] = s0 + i;
+    }
+    const Status st = encode_kv_rows({rows.data(), m, kHeadDim, kHeadDim},
+                                     std::span<const int64_t>(ids.data(), m), view);
+    if (!st.ok()) {
+      std::fprintf(stderr, "encode: %s\n", st.to_string().c_str());
+      std::exit(1);
+    }
+  }
+}
+
+Problem make_problem(const Scenario& s, uint32_t seed) {
+  Problem p;
+  std::mt19937 rng(seed);
+  const int32_t T = s.tokens;
+  // SWA: 128-key windows; tokens of one request (group) share all but one key.
+  const int64_t swa_slots = int64_t{T} * s.swa_width + 256;
+  make_cache(swa_slots, 256, &rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
+  std::vector<int32_t> perm(p.swa_blocks * 256);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  p.swa_idx.assign(int64_t{T} * s.swa_width, -1);
+  p.swa_lens.assign(T, s.swa_width);
+  int64_t next = 0;
+  for (int32_t t = 0; t < T; ++t) {
+    int32_t* row = p.swa_idx.data() + int64_t{t} * s.swa_width;
+    if (t % s.group != 0) {  // next token of the request: the window moves by one
+      const int32_t* prev = row - s.swa_width;
+      for (int32_t j = 0; j + 1 < s.swa_width; ++j) row[j] = prev[j + 1];
+      row[s.swa_width - 1] = perm[next++];
+    } else {
+      for (int32_t j = 0; j < s.swa_width; ++j) row[j] = perm[next++];
+    }
+  }
+  p.keys = int64_t{T} * s.swa_width;
+  if (s.extra_width > 0) {
+    const int32_t valid = static_cast<int32_t>(s.extra_width * s.extra_fill);
+    const int64_t slots = int64_t{T} * valid + 256;
+    make_cache(slots, s.extra_block, &rng, &p.extra_cache, &p.extra_blocks, &p.extra_stride);
+    std::vector<int32_t> eperm(p.extra_blocks * s.extra_block);
+    std::iota(eperm.begin(), eperm.end(), 0);
+    std::shuffle(eperm.begin(), eperm.end(), rng);
+    p.extra_idx.assign(int64_t{T} * s.extra_width, -1);
+    p.extra_lens.assign(T, valid);
+    int64_t e = 0;
+    for (int32_t t = 0; t < T; ++t) {
+      int32_t* row = p.extra_idx.data() + int64_t{t} * s.extra_width;
+      for (int32_t j = 0; j < valid; ++j) {
+        // The second token of a request shares the first half of its top-k with the first.
+        const bool shared = t % s.group != 0 && j < valid / 2;
+        row[j] = shared ? row[j - s.extra_width] : eperm[e++];
+      }
+    }
+    p.keys += int64_t{T} * valid;
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  p.q.resize(int64_t{T} * s.heads * kHeadDim);
+  for (uint16_t& v : p.q) v = to_bf16(normal(rng));
+  p.sinks.resize(s.heads);
+  for (int32_t h = 0; h < s.heads; ++h) p.sinks[h] = 0.25f * (h % 9) - 1.0f;
+  return p;
+}
+
+#define CUDA_OK(x)                                                                             \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+template <typename T>
+T* upload(const std::vector<T>& v) {
+  T* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, std::max<size_t>(1, v.size()) * sizeof(T)));
+  if (!v.empty()) CUDA_OK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+struct Result {
+  double median_us = 0, min_us = 0, warm_us = 0, floor_us = 0, max_err = 0;
+  int32_t checked_tokens = 0;
+  bool ok = true;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t flush_bytes) {
+  const Problem p = make_problem(s, 1234u + s.tokens * 31u + s.heads);
+  const int32_t T = s.tokens, H = s.heads;
+  SparseAttentionParams hp;
+  hp.num_tokens = T;
+  hp.num_heads = H;
+  hp.q = p.q.data();
+  hp.swa_cache = {p.swa_cache.data(), p.swa_blocks,          256,
+                  p.swa_stride,       CacheDtype::kFp8DsMla, MemorySpace::kHost};
+  hp.swa_indices = {p.swa_idx.data(), p.swa_lens.data(), T, s.swa_width, s.swa_width,
+                    s.swa_width,      MemorySpace::kHost};
+  if (s.extra_width > 0) {
+    hp.extra_cache = {p.extra_cache.data(), p.extra_blocks,        s.extra_block,
+                      p.extra_stride,       CacheDtype::kFp8DsMla, MemorySpace::kHost};
+    hp.extra_indices = {p.extra_idx.data(), p.extra_lens.data(), T, s.extra_width, s.extra_width,
+                        s.extra_width,      MemorySpace::kHost};
+  }
+  hp.sinks = p.sinks.data();
+
+  SparseAttentionParams dp = hp;
+  dp.q = upload(p.q);
+  dp.sinks = upload(p.sinks);
+  dp.swa_cache.data = upload(p.swa_cache);
+  dp.swa_cache.space = MemorySpace::kDevice;
+  dp.swa_indices.data = upload(p.swa_idx);
+  dp.swa_indices.lens = upload(p.swa_lens);
+  dp.swa_indices.space = MemorySpace::kDevice;
+  if (s.extra_width > 0) {
+    dp.extra_cache.data = upload(p.extra_cache);
+    dp.extra_cache.space = MemorySpace::kDevice;
+    dp.extra_indices.data = upload(p.extra_idx);
+    dp.extra_indices.lens = upload(p.extra_lens);
+    dp.extra_indices.space = MemorySpace::kDevice;
+  }
+  uint16_t* out = nullptr;
+  float* lse = nullptr;
+  const size_t out_elems = size_t(T) * H * kHeadDim;
+  CUDA_OK(cudaMalloc(&out, out_elems * 2));
+  CUDA_OK(cudaMalloc(&lse, size_t(T) * H * 4));
+  CUDA_OK(cudaMemset(out, 0xff, out_elems * 2));  // poison: every element must be written
+  CUDA_OK(cudaMemset(lse, 0xff, size_t(T) * H * 4));
+  dp.out = out;
+  dp.lse = lse;
+  if (allow_split) {
+    dp.workspace_bytes = sparse_attention_workspace_bytes(dp);
+    if (dp.workspace_bytes > 0) CUDA_OK(cudaMalloc(&dp.workspace, dp.workspace_bytes));
+  }
+
+  Result r;
+  Status st = sparse_attention(dp, Backend::kCuda);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", s.name, st.to_string().c_str());
+    std::exit(1);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+
+  // Check sampled tokens against the double-precision CPU reference.
+  std::vector<uint16_t> got(out_elems);
+  std::vector<float> got_lse(size_t(T) * H);
+  CUDA_OK(cudaMemcpy(got.data(), out, out_elems * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got_lse.data(), lse, got_lse.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<int32_t> sample;
+  for (int32_t t = 0; t < T; t += std::max(1, T / 8)) sample.push_back(t);
+  if (sample.back() != T - 1) sample.push_back(T - 1);
+  std::vector<double> errs(sample.size(), 0.0);
+  std::vector<char> bad(sample.size(), 0);
+  std::vector<std::thread> workers;
+  for (size_t k = 0; k < sample.size(); ++k) {
+    workers.emplace_back([&, k] {
+      const int32_t t = sample[k];
+      SparseAttentionParams one = hp;
+      one.num_tokens = 1;
+      one.q = hp.q + int64_t{t} * H * kHeadDim;
+      one.swa_indices.data = hp.swa_indices.row(t);
+      one.swa_indices.lens = hp.swa_indices.lens + t;
+      one.swa_indices.rows = 1;
+      if (s.extra_width > 0) {
+        one.extra_indices.data = hp.extra_indices.row(t);
+        one.extra_indices.lens = hp.extra_indices.lens + t;
+        one.extra_indices.rows = 1;
+      }
+      std::vector<double> ref(size_t(H) * kHeadDim), ref_lse(H);
+      if (!sparse_attention_reference(one, ref.data(), ref_lse.data()).ok()) {
+        bad[k] = 1;
+        return;
+      }
+      for (int64_t i = 0; i < int64_t{H} * kHeadDim; ++i) {
+        const double v = from_bf16(got[int64_t{t} * H * kHeadDim + i]);
+        const double err = std::abs(v - ref[i]);
+        // bf16 output rounding (half an ulp, 2^-9 relative) plus fp32 arithmetic.
+        if (!(err <= std::abs(ref[i]) * 0x1p-8 + 1e-3)) bad[k] = 1;
+        if (err == err) errs[k] = std::max(errs[k], err);
+      }
+      for (int32_t h = 0; h < H; ++h) {
+        if (!(std::abs(got_lse[int64_t{t} * H + h] - ref_lse[h]) <= 1e-3)) bad[k] = 1;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (size_t k = 0; k < sample.size(); ++k) {
+    r.max_err = std::max(r.max_err, errs[k]);
+    if (bad[k]) r.ok = false;
+  }
+  r.checked_tokens = static_cast<int32_t>(sample.size());
+
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::vector<double> cold, warm;
+  for (int i = 0; i < runs; ++i) {
+    CUDA_OK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+    CUDA_OK(cudaEventRecord(e0));
+    st = sparse_attention(dp, Backend::kCuda);
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    cold.push_back(ms * 1000.0);
+  }
+  for (int i = 0; i < runs; ++i) {
+    CUDA_OK(cudaEventRecord(e0));
+    st = sparse_attention(dp, Backend::kCuda);
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    warm.push_back(ms * 1000.0);
+  }
+  r.median_us = median(cold);
+  r.min_us = *std::min_element(cold.begin(), cold.end());
+  r.warm_us = median(warm);
+  const double bytes = double(p.keys) * (kDsMlaContentBytes + 4) + 2.0 * T * H * kHeadDim * 2;
+  r.floor_us = bytes / kReadBandwidth * 1e6;
+
+  cudaFree(const_cast<uint16_t*>(dp.q));
+  cudaFree(const_cast<float*>(dp.sinks));
+  cudaFree(const_cast<void*>(dp.swa_cache.data));
+  cudaFree(const_cast<int32_t*>(dp.swa_indices.data));
+  cudaFree(const_cast<int32_t*>(dp.swa_indices.lens));
+  if (s.extra_width > 0) {
+    cudaFree(const_cast<void*>(dp.extra_cache.data));
+    cudaFree(const_cast<int32_t*>(dp.extra_indices.data));
+    cudaFree(const_cast<int32_t*>(dp.extra_indices.lens));
+  }
+  cudaFree(out);
+  cudaFree(lse);
+  cudaFree(dp.workspace);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* json = nullptr;
+  const char* only = nullptr;
+  int runs = 30;
+  bool allow_split = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--no-split")) {
+      allow_split = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
+                   "[--no-split]\n");
+      return 2;
+    }
+  }
+  if (!cuda_backend_available()) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const size_t flush_bytes = size_t{256} << 20;
+  void* flush = nullptr;
+  CUDA_OK(cudaMalloc(&flush, flush_bytes));
+  std::printf("device: %s, %d SMs; %d runs per shape; split %s\n", prop.name,
+              prop.multiProcessorCount, runs, allow_split ? "on" : "off");
+  std::printf("%-18s %7s %8s %8s %8s %9s %9s %9s %s\n", "shape", "tokens", "median", "min", "warm",
+              "floor", "FlashMLA", "max_err", "check");
+  FILE* jf = json ? std::fopen(json, "w") : nullptr;
+  if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
+  bool all_ok = true, first = true;
+  for (const Scenario& s : kScenarios) {
+    if (only && std::strcmp(only, s.name) != 0) continue;
+    const Result r = run(s, runs, allow_split, flush, flush_bytes);
+    all_ok = all_ok && r.ok;
+    std::printf("%-18s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %9.2g %s\n", s.name, s.tokens, r.median_us,
+                r.min_us, r.warm_us, r.floor_us, s.flashmla_us, r.max_err, r.ok ? "ok" : "FAIL");
+    std::fflush(stdout);
+    if (jf) {
+      std::fprintf(jf,
+                   "%s  {\"shape\": \"%s\", \"tokens\": %d, \"heads\": %d, \"swa_width\": %d, "
+                   "\"extra_width\": %d, \"median_us\": %.2f, \"min_us\": %.2f, \"warm_us\": %.2f, "
+                   "\"floor_us\": %.2f, \"flashmla_ref_us\": %.1f, \"max_err\": %.3g, "
+                   "\"checked_tokens\": %d, \"ok\": %s}",
+                   first ? "" : ",\n", s.name, s.tokens, s.heads, s.swa_width, s.extra_width,
+                   r.median_us, r.min_us, r.warm_us, r.floor_us, s.flashmla_us, r.max_err,
+                   r.checked_tokens, r.ok ? "true" : "false");
+      first = false;
+    }
+  }
+  if (jf) {
+    std::fprintf(jf, "\n]}\n");
+    std::fclose(jf);
+  }
+  cudaFree(flush);
+  return all_ok ? 0 : 1;
+}

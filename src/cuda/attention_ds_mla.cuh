@@ -1,0 +1,35 @@
+// The tensor-core sparse attention over fp8_ds_mla caches (src/cuda/attention_ds_mla.cu): its
+// plan and launcher. Plain C++ apart from the stream type.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sparse_swa/attention.h"
+
+namespace sparse_swa::detail {
+
+// How one call is spread over CTAs. A CTA takes one query token, up to 64 of its heads
+// (`group_heads`, 16, 32 or 64) and one of `splits` contiguous slices of the token's key list.
+struct DsMlaPlan {
+  int32_t group_heads = 0;
+  int32_t groups = 0;  // ceil(H / group_heads) CTAs per token and split
+  int32_t splits = 1;  // > 1 only with a workspace of workspace_bytes
+  int64_t workspace_bytes = 0;
+};
+
+// True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache.
+bool ds_mla_attention_applies(const SparseAttentionParams& p);
+
+// The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from
+// device data: splits only when tokens x head groups leave SMs idle, and never more than the
+// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing).
+DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
+                                int64_t workspace_bytes);
+
+// Launches the kernel (and, when split, the merge of the slices) on `stream`; `p` has passed
+// check_attention_shapes(p, kDevice) and ds_mla_attention_applies(p).
+Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stream);
+
+}  // namespace sparse_swa::detail
