@@ -1,5 +1,6 @@
 #include "array_input.h"
 
+#include "python_values.h"
 #include "sparse_swa/status.h"
 #include "status_exceptions.h"
 
@@ -75,7 +76,7 @@ std::span<const T> contiguous_vector(const InputArray& a, std::string_view field
 Framework framework_of(nb::handle obj) {
   nb::object module = nb::getattr(obj.type(), "__module__", nb::none());
   if (!nb::isinstance<nb::str>(module)) return Framework::kDlpack;
-  const std::string_view name = nb::borrow<nb::str>(module).c_str();
+  const std::string name = message_text(module);
   auto is = [&](std::string_view pkg) {
     return name.substr(0, pkg.size()) == pkg &&
            (name.size() == pkg.size() || name[pkg.size()] == '.');
@@ -95,14 +96,13 @@ InputArray import_array(nb::handle obj, std::string_view field) {
   InputArray a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
     if (nb::hasattr(obj, "__dlpack__")) {
-      raise_value_error(str_cat(field, ": its DLPack export failed (",
-                                nb::type_name(obj.type()).c_str(),
+      raise_value_error(str_cat(field, ": its DLPack export failed (", type_name_of(obj),
                                 "; a torch tensor that requires grad needs .detach())"));
     }
     raise_value_error(str_cat(field,
                               ": expected an array supporting DLPack or the buffer protocol "
                               "(numpy, torch, cupy, jax), got ",
-                              nb::type_name(obj.type()).c_str()));
+                              type_name_of(obj)));
   }
   return a;
 }

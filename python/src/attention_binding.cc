@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "consumers_binding.h"
+#include "python_values.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
 #include "status_exceptions.h"
@@ -63,8 +64,7 @@ MatrixView<const T> input_matrix(nb::handle obj, std::string_view field, const c
                                  size_t ndim) {
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
-    raise_value_error(
-        str_cat(field, ": expected a ", want, " array, got ", nb::type_name(obj.type()).c_str()));
+    raise_value_error(str_cat(field, ": expected a ", want, " array, got ", type_name_of(obj)));
   }
   return host_matrix<const T>(a, field, want, ndim);
 }
@@ -80,20 +80,21 @@ std::span<const T> input_vector(nb::handle obj, std::string_view field, const ch
   return {m.data, static_cast<size_t>(m.rows)};
 }
 
-CacheDtype dtype_from(const std::string& name) {
-  auto d = parse_cache_dtype(name);
+CacheDtype dtype_from(nb::handle name) {
+  auto d = parse_cache_dtype(string_from_python(name, "dtype"));
   throw_if_error(d.status());
   return d.value();
 }
 
-CacheConsumer consumer_from(const std::string& name) {
+CacheConsumer consumer_from(nb::handle value) {
+  const std::string name = string_from_python(value, "consumer");
   if (name == "flashmla") return CacheConsumer::kFlashMla;
   if (name == "flashinfer") return CacheConsumer::kFlashInfer;
   raise_value_error(
-      str_cat("consumer: expected \"flashmla\" or \"flashinfer\", got \"", name, "\""));
+      str_cat("consumer: expected \"flashmla\" or \"flashinfer\", got ", value_text(value)));
 }
 
-nb::dict page_layout_dict(int block_size, const std::string& dtype, const std::string& consumer) {
+nb::dict page_layout_dict(int block_size, nb::handle dtype, nb::handle consumer) {
   auto layout = page_layout(block_size, dtype_from(dtype), consumer_from(consumer));
   throw_if_error(layout.status());
   const PageLayout& l = layout.value();
@@ -112,7 +113,7 @@ nb::dict page_layout_dict(int block_size, const std::string& dtype, const std::s
 // A [num_blocks, page_stride_bytes] uint8 host cache.
 template <typename Void, typename Array>
 BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_t block_size,
-                                  const std::string& dtype) {
+                                  nb::handle dtype) {
   using Byte = std::conditional_t<std::is_const_v<Void>, const uint8_t, uint8_t>;
   const MatrixView<Byte> m = host_matrix<Byte>(a, field, "uint8", 2);
   const int64_t stride = a.shape(0) > 1 ? m.stride : m.cols;
@@ -120,21 +121,20 @@ BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_
 }
 
 ConstKvCacheView input_cache(nb::handle obj, std::string_view field, int32_t block_size,
-                             const std::string& dtype) {
+                             nb::handle dtype) {
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
-    raise_value_error(
-        str_cat(field, ": expected a uint8 array, got ", nb::type_name(obj.type()).c_str()));
+    raise_value_error(str_cat(field, ": expected a uint8 array, got ", type_name_of(obj)));
   }
   return cache_view<const void>(a, field, block_size, dtype);
 }
 
 void encode_kv(nb::handle cache_obj, int32_t block_size, nb::handle rows_obj, nb::handle slots_obj,
-               const std::string& dtype) {
+               nb::handle dtype) {
   nb::ndarray<> cache_array;
   if (!nb::try_cast(cache_obj, cache_array, /*convert=*/false)) {
-    raise_value_error(str_cat("cache: expected a writable uint8 array, got ",
-                              nb::type_name(cache_obj.type()).c_str()));
+    raise_value_error(
+        str_cat("cache: expected a writable uint8 array, got ", type_name_of(cache_obj)));
   }
   const KvCacheView cache = cache_view<void>(cache_array, "cache", block_size, dtype);
   const MatrixView<const float> rows = input_matrix<float>(rows_obj, "rows", "float32", 2);
@@ -143,7 +143,7 @@ void encode_kv(nb::handle cache_obj, int32_t block_size, nb::handle rows_obj, nb
 }
 
 nb::object decode_kv(nb::handle cache_obj, int32_t block_size, nb::handle slots_obj,
-                     const std::string& dtype) {
+                     nb::handle dtype) {
   const ConstKvCacheView cache = input_cache(cache_obj, "cache", block_size, dtype);
   const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
   auto [out, data] = new_host_array<float>({slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
@@ -156,11 +156,10 @@ nb::object decode_kv(nb::handle cache_obj, int32_t block_size, nb::handle slots_
 std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
                                              int32_t block_size, nb::handle indices_obj,
                                              nb::handle lens_obj, std::optional<float> scale,
-                                             nb::handle sinks_obj, const std::string& dtype) {
+                                             nb::handle sinks_obj, nb::handle dtype) {
   nb::ndarray<nb::ro> q_array;
   if (!nb::try_cast(q_obj, q_array, /*convert=*/false)) {
-    raise_value_error(str_cat("q: expected a uint16 (bf16 bits) array, got ",
-                              nb::type_name(q_obj.type()).c_str()));
+    raise_value_error(str_cat("q: expected a uint16 (bf16 bits) array, got ", type_name_of(q_obj)));
   }
   const MatrixView<const uint16_t> q = host_matrix<const uint16_t>(q_array, "q", "uint16", 3);
   const size_t tokens = q_array.shape(0);
@@ -206,22 +205,22 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
 }  // namespace
 
 void bind_attention(nb::module_& m) {
-  m.def("page_layout", &page_layout_dict, nb::arg("block_size"), nb::arg("dtype") = "fp8_ds_mla",
-        nb::arg("consumer") = "flashmla",
+  m.def("page_layout", &page_layout_dict, nb::arg("block_size"),
+        nb::arg("dtype") = nb::str("fp8_ds_mla"), nb::arg("consumer") = nb::str("flashmla"),
         "The SWA cache page layout as a dict (block_size, dtype, consumer, head_size,\n"
         "token_bytes, content_bytes, alignment, page_bytes). dtype: \"fp8_ds_mla\", \"bf16\"\n"
         "or \"fp8_e4m3\"; consumer: \"flashmla\" or \"flashinfer\".");
   m.def("encode_kv", &encode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("rows"),
-        nb::arg("slots"), nb::arg("dtype") = "fp8_ds_mla",
+        nb::arg("slots"), nb::arg("dtype") = nb::str("fp8_ds_mla"),
         "Writes rows [n, 512] float32 into a host cache [num_blocks, page_stride_bytes] uint8\n"
         "in place at slots [n] int64 (-1 = skip). Device arrays raise NotImplementedError.");
   m.def("decode_kv", &decode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("slots"),
-        nb::arg("dtype") = "fp8_ds_mla",
+        nb::arg("dtype") = nb::str("fp8_ds_mla"),
         "Reads slots [n] int64 of a host cache back -> new float32 [n, 512] (slot -1: zeros).");
   m.def("sparse_attention", &attention, nb::arg("q"), nb::arg("swa_cache"),
         nb::arg("swa_block_size"), nb::arg("indices"), nb::arg("lens"),
         nb::arg("scale") = nb::none(), nb::arg("sinks") = nb::none(),
-        nb::arg("dtype") = "fp8_ds_mla",
+        nb::arg("dtype") = nb::str("fp8_ds_mla"),
         "Sparse MLA attention on the CPU backend (double-precision reference, bf16 output):\n"
         "q [T, H, 512] uint16 bf16 bits, swa_cache [num_blocks, page_stride_bytes] uint8,\n"
         "indices [T, W] int32 slot ids (-1 = skip), lens [T] int32, scale (default 512**-0.5),\n"

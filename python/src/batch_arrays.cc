@@ -81,8 +81,7 @@ std::vector<ImageSpan> image_spans_from_python(nb::handle spans) {
     for (nb::handle pair : list) {
       const std::string item = str_cat(field, "[", i++, "]");
       if ((!PyList_Check(pair.ptr()) && !PyTuple_Check(pair.ptr())) || nb::len(pair) != 2) {
-        raise_value_error(
-            str_cat(item, ": expected a (start, end) pair, got ", nb::repr(pair).c_str()));
+        raise_value_error(str_cat(item, ": expected a (start, end) pair, got ", describe(pair)));
       }
       out.push_back({request, int32_from_python(pair[0], item + " start"),
                      int32_from_python(pair[1], item + " end")});

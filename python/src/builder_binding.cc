@@ -10,6 +10,7 @@
 #include "batch_arrays.h"
 #include "config_binding.h"
 #include "metadata_binding.h"
+#include "python_values.h"
 #include "status_exceptions.h"
 
 namespace sparse_swa::python {
@@ -29,15 +30,14 @@ class PyMetadataBuilder {
       raise_value_error("tile_sched_factory: expected None or a callable");
     }
     if (device.is_none()) return;
-    const std::string name =
-        nb::isinstance<nb::str>(device) ? nb::borrow<nb::str>(device).c_str() : "";
+    const std::string name = string_from_python(device, "device");
     if (name == "cpu") {
       backend(Device::kCpu);
     } else if (name == "cuda") {
       backend(Device::kCuda);
     } else {
       raise_value_error(
-          str_cat("device: expected None, \"cpu\" or \"cuda\", got ", nb::repr(device).c_str()));
+          str_cat("device: expected None, \"cpu\" or \"cuda\", got ", value_text(device)));
     }
   }
 

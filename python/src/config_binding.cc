@@ -19,11 +19,7 @@ constexpr const char* kFieldNames =
     "compress_ratios";
 
 SpeculativeMethod to_method(nb::handle value) {
-  if (!nb::isinstance<nb::str>(value)) {
-    raise_value_error(
-        str_cat("config.speculative_method: expected a str, got ", type_name_of(value)));
-  }
-  auto method = parse_speculative_method(nb::borrow<nb::str>(value).c_str());
+  auto method = parse_speculative_method(string_from_python(value, "config.speculative_method"));
   throw_if_error(method.status());
   return method.value();
 }
@@ -77,10 +73,7 @@ BuilderConfig config_from_object(nb::handle obj) {
   }
   BuilderConfig config;
   for (auto [key, value] : nb::borrow<nb::dict>(obj)) {
-    if (!nb::isinstance<nb::str>(key)) {
-      raise_value_error(str_cat("config: expected str keys, got ", nb::repr(key).c_str()));
-    }
-    set_field(config, nb::borrow<nb::str>(key).c_str(), value);
+    set_field(config, string_from_python(key, "config key"), value);
   }
   return config;
 }
@@ -129,7 +122,7 @@ void bind_config(nb::module_& m) {
       .def_rw("compress_ratios", &BuilderConfig::compress_ratios,
               "Each in {1, 2, 4, 128}; empty means [1].")
       .def("__repr__", [](const BuilderConfig& c) {
-        return str_cat("BuilderConfig(", nb::repr(config_to_dict(c)).c_str(), ")");
+        return str_cat("BuilderConfig(", message_text(nb::repr(config_to_dict(c))), ")");
       });
 }
 

@@ -1,0 +1,121 @@
+"""Hostile but plausible input to the Python binding: strings C++ cannot take as they are, stale
+metadata, empty host copies, cache views narrower than a page, huge or misaligned arrays and
+numpy scalars / None where a value is expected. Every case is a ValueError naming the argument
+with the expected and the actual value (or a correct result), never a crash or C++ text."""
+
+import numpy as np
+import pytest
+
+import sparse_swa
+from conftest import batch_arrays, load_case
+
+CONFIG = dict(window_size=8, block_size=4, max_num_batched_tokens=16, max_num_seqs=4,
+              max_model_len=64)
+
+CPP_TEXT = ("std::", "basic_string", "bad_cast", "bad_alloc", "incompatible function arguments")
+
+
+def raises(exc, call, *parts):
+    """`call()` raises `exc` whose message holds every part and no C++ text; the message."""
+    with pytest.raises(exc) as e:
+        call()
+    message = str(e.value)
+    for part in parts:
+        assert part in message, (part, message)
+    for text in CPP_TEXT:
+        assert text not in message, message
+    return message
+
+
+# --------------------------------------------------------------------------- strings
+
+
+@pytest.mark.parametrize(
+    "config, parts",
+    [
+        ({**CONFIG, "speculative_method": "\ud800"},
+         ["config.speculative_method: expected a str UTF-8 can encode, got '\\ud800'"]),
+        ({**CONFIG, "speculative_method": "mtp\x00"},
+         ["config.speculative_method: expected a str without NUL characters, got 'mtp\\x00'"]),
+        ({**CONFIG, "\ud800": 16}, ["config key: expected a str UTF-8 can encode, got '\\ud800'"]),
+        ({**CONFIG, "window_size\x00junk": 16},
+         ["config key: expected a str without NUL characters, got 'window_size\\x00junk'"]),
+        ({**CONFIG, 3: 16}, ["config key: expected a str, got int 3"]),
+    ],
+)
+def test_config_strings_are_decoded_with_errors_checked(config, parts):
+    raises(ValueError, lambda: sparse_swa.MetadataBuilder(config), *parts)
+
+
+def test_builder_config_speculative_method_setter_checks_the_str():
+    c = sparse_swa.BuilderConfig()
+
+    def assign(value):
+        c.speculative_method = value
+
+    raises(ValueError, lambda: assign("\ud800"),
+           "config.speculative_method: expected a str UTF-8 can encode, got '\\ud800'")
+    raises(ValueError, lambda: assign("dspark\x00"),
+           "config.speculative_method: expected a str without NUL characters, got 'dspark\\x00'")
+    assert c.speculative_method == "none"
+    assign("dspark")
+    assert c.speculative_method == "dspark"
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("cpu\x00", "device: expected a str without NUL characters, got 'cpu\\x00'"),
+        ("\ud800", "device: expected a str UTF-8 can encode, got '\\ud800'"),
+        (7, "device: expected a str, got int 7"),
+        ("gpu", "device: expected None, \"cpu\" or \"cuda\", got 'gpu'"),
+    ],
+)
+def test_device_str_is_checked(device, message):
+    raises(ValueError, lambda: sparse_swa.MetadataBuilder(CONFIG, device=device), message)
+    assert sparse_swa.MetadataBuilder(CONFIG, device="cpu").backends == ["cpu"]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: sparse_swa.page_layout(64, "bf16\x00"),
+         "dtype: expected a str without NUL characters, got 'bf16\\x00'"),
+        (lambda: sparse_swa.page_layout(64, "\udcff"),
+         "dtype: expected a str UTF-8 can encode, got '\\udcff'"),
+        (lambda: sparse_swa.page_layout(64, "fp8_ds_mla", "flashmla\x00"),
+         "consumer: expected a str without NUL characters, got 'flashmla\\x00'"),
+        (lambda: sparse_swa.page_layout(64, "fp8_ds_mla", "\ud800"),
+         "consumer: expected a str UTF-8 can encode, got '\\ud800'"),
+        (lambda: sparse_swa.page_layout(64, "fp8_ds_mla", "nope"),
+         "consumer: expected \"flashmla\" or \"flashinfer\", got 'nope'"),
+        (lambda: sparse_swa.decode_kv(np.zeros((1, 37440), np.uint8), 64,
+                                      np.zeros(0, np.int64), "fp8_ds_mla\x00"),
+         "dtype: expected a str without NUL characters"),
+    ],
+)
+def test_kv_strings_are_checked(call, message):
+    raises(ValueError, call, message)
+
+
+def test_a_type_name_utf8_cannot_encode_is_escaped_in_messages():
+    odd_type = type("odd", (), {})
+    odd_type.__module__ = "m\udcff"  # type names take no surrogates; module names do
+    raises(ValueError, lambda: sparse_swa.MetadataBuilder(CONFIG, device=odd_type()),
+           "device: expected a str, got m\\udcff.odd")
+    raises(ValueError, lambda: sparse_swa.MetadataBuilder(odd_type()),
+           "config: expected a dict or sparse_swa.BuilderConfig, got m\\udcff.odd")
+
+
+@pytest.mark.parametrize(
+    "kind, exc, message",
+    [
+        ("bad_alloc", MemoryError, "sparse_swa: out of memory"),
+        ("bad_cast", RuntimeError, "sparse_swa: internal error in the Python binding"),
+        ("length_error", RuntimeError, "sparse_swa: internal error in the Python binding"),
+        ("int", RuntimeError, "sparse_swa: internal error in the Python binding"),
+    ],
+)
+def test_cpp_exceptions_never_reach_the_user_as_cpp_text(kind, exc, message):
+    from sparse_swa import _sparse_swa
+    raises(exc, lambda: _sparse_swa._throw_cpp_exception(kind), message)
