@@ -16,7 +16,9 @@ seq_lens_cpu. Results come back in the inputs' framework and device.
 
 Lifetime: the metadata's arrays alias the builder's persistent buffers (fixed addresses, as CUDA
 graphs need). They are valid until the builder's next build(), which overwrites them in place;
-they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone.
+they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone; it
+must be taken before the next build(), after which copy(), get_prefill_chunk_plan() and the
+consumers (mixed_matrix, combined_prefill) raise ValueError.
 
 Errors: invalid input raises ValueError (the message names the field, the expected and the
 actual value), an unsupported combination NotImplementedError, anything else (no CUDA backend,

@@ -80,9 +80,11 @@ class SwaMetadata:
         prefill_chunk_size: int,
         has_compressed: bool | None = None,
     ) -> ChunkPlan:
-        """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size."""
+        """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size
+        or when a later build() made this metadata stale (is_current False)."""
     def copy(self) -> SwaMetadata:
-        """A snapshot with owned array copies; later builds leave it alone."""
+        """A snapshot with owned array copies; later builds leave it alone. ValueError when a
+        later build() already made this metadata stale (is_current False)."""
     def mixed_matrix(self) -> tuple[Array, Array, Array]:
         """SWA-only mixed matrix as new host arrays: (indices [T, row_width] int32, lens [T]
         int32, swa_lens [T] int32). Host metadata of the last build() only."""

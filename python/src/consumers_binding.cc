@@ -25,10 +25,7 @@ ImportedBatch import_host_batch(const PyMetadata& m) {
   if (m.impl == nullptr) {
     raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
   }
-  if (*m.backend_generation != m.generation) {
-    raise_value_error(str_cat("metadata: expected the metadata of its builder's last build() (",
-                              *m.backend_generation, "), got build ", m.generation));
-  }
+  m.expect_current();
   if (m.md.space != MemorySpace::kHost) {
     raise_status(
         unimplemented("metadata: the consumers are bound for host (cpu) metadata only, "

@@ -88,6 +88,7 @@ nb::object prefill_seq_lens(const PyMetadata& m) {
 std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> chunk_plan(
     const PyMetadata& m, int64_t compress_ratio, int64_t prefill_chunk_size,
     std::optional<bool> has_compressed) {
+  m.expect_current();
   auto plan = prefill_chunk_plan(m.md, compress_ratio, prefill_chunk_size, has_compressed);
   throw_if_error(plan.status());
   std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
@@ -115,7 +116,14 @@ nb::object PyMetadata::array(MetadataArray which) {
   return slot;
 }
 
+void PyMetadata::expect_current() const {
+  if (impl == nullptr || *backend_generation == generation) return;
+  raise_value_error(str_cat("metadata: expected the metadata of its builder's last build() (",
+                            *backend_generation, "), got build ", generation));
+}
+
 PyMetadata PyMetadata::copy() {
+  expect_current();
   PyMetadata c;
   c.md = md;
   c.builder = nb::none();
@@ -252,7 +260,7 @@ void bind_metadata(nb::module_& m) {
            "The reference's greedy prefill workspace plan: a list of (start, end, N, M) over\n"
            "the prefill requests, N the compressed width and M = N + max gather length.\n"
            "has_compressed defaults to compress_ratio > 1. ValueError for a ratio outside\n"
-           "{1, 2, 4, 128} or prefill_chunk_size < 1.")
+           "{1, 2, 4, 128}, prefill_chunk_size < 1 or metadata no longer current.")
       .def("copy", &PyMetadata::copy,
            "A snapshot whose arrays are owned copies (made by their own framework); later\n"
            "builds do not change it. A copy cannot be passed to the draft update.")

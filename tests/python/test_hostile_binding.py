@@ -119,3 +119,36 @@ def test_a_type_name_utf8_cannot_encode_is_escaped_in_messages():
 def test_cpp_exceptions_never_reach_the_user_as_cpp_text(kind, exc, message):
     from sparse_swa import _sparse_swa
     raises(exc, lambda: _sparse_swa._throw_cpp_exception(kind), message)
+
+
+# --------------------------------------------------------------------------- stale metadata
+
+STALE = "metadata: expected the metadata of its builder's last build() (2), got build 1"
+
+
+def two_builds():
+    """A builder's first build (2 decodes, then a prefill of 5 tokens) and its second."""
+    builder = sparse_swa.MetadataBuilder(CONFIG)
+    bt = np.arange(12, dtype=np.int32).reshape(3, 4)
+    first = builder.build(np.array([0, 1, 2, 7], np.int32), np.array([3, 4, 9], np.int32), bt,
+                          np.arange(7, dtype=np.int64))
+    plan, snapshot = first.get_prefill_chunk_plan(4, 4), first.copy()
+    second = builder.build(np.array([0, 3], np.int32), np.array([5], np.int32), bt[:1],
+                           np.arange(3, dtype=np.int64))
+    return first, second, plan, snapshot
+
+
+def test_copy_and_chunk_plan_of_stale_metadata_raise_like_the_other_methods():
+    first, second, plan, snapshot = two_builds()
+    assert not first.is_current and second.is_current
+    raises(ValueError, first.copy, STALE)
+    raises(ValueError, lambda: first.get_prefill_chunk_plan(4, 4), STALE)
+    raises(ValueError, first.mixed_matrix, STALE)
+    raises(ValueError, lambda: first.combined_prefill(1, 4), STALE)
+    # The current metadata and a snapshot taken in time still answer, with their own step:
+    # N = seq_len // 4, M = N + query_len + min(prefix, W - 1).
+    assert plan == [(0, 1, 9 // 4, 9 // 4 + 5 + 4)]
+    assert snapshot.get_prefill_chunk_plan(4, 4) == plan
+    assert snapshot.copy().get_prefill_chunk_plan(4, 4) == plan
+    assert second.get_prefill_chunk_plan(4, 4) == [(0, 1, 5 // 4, 5 // 4 + 3 + 2)]
+    assert second.copy().num_prefill_tokens == 3
