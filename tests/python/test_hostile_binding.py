@@ -152,3 +152,42 @@ def test_copy_and_chunk_plan_of_stale_metadata_raise_like_the_other_methods():
     assert snapshot.copy().get_prefill_chunk_plan(4, 4) == plan
     assert second.get_prefill_chunk_plan(4, 4) == [(0, 1, 5 // 4, 5 // 4 + 3 + 2)]
     assert second.copy().num_prefill_tokens == 3
+
+
+# --------------------------------------------------------------------------- host copies
+
+
+def mixed_step():
+    return batch_arrays(load_case("mixed_mtp")["batch"])
+
+
+@pytest.mark.parametrize(
+    "copies, message",
+    [
+        ({"query_start_loc_cpu": np.zeros(0, np.int32)},
+         "query_start_loc_cpu: expected 4 entries (a host copy of query_start_loc; None for no "
+         "copy), got 0"),
+        ({"seq_lens_cpu": np.zeros(0, np.int32)},
+         "seq_lens_cpu: expected 3 entries (a host copy of seq_lens; None for no copy), got 0"),
+        ({"seq_lens_cpu": np.zeros(2, np.int32)},
+         "seq_lens_cpu: expected 3 entries (a host copy of seq_lens; None for no copy), got 2"),
+    ],
+)
+def test_empty_host_copies_are_not_taken_for_absent(mixed_builder, copies, message):
+    qsl, seq, bt, slots = mixed_step()
+    raises(ValueError, lambda: mixed_builder.build(qsl, seq, bt, slots, **copies), message)
+    md = mixed_builder.build(qsl, seq, bt, slots)
+    raises(ValueError, lambda: mixed_builder.update_draft_decode_metadata(md, **copies), message)
+    # None is absent; equal copies give the same step.
+    again = mixed_builder.build(qsl, seq, bt, slots, query_start_loc_cpu=None,
+                                seq_lens_cpu=seq.copy())
+    assert again.num_decode_tokens == 3 and again.seq_lens_cpu.tolist() == seq.tolist()
+
+
+def test_an_empty_batch_takes_empty_seq_lens_copies():
+    builder = sparse_swa.MetadataBuilder(CONFIG)
+    empty = np.zeros(0, np.int32)
+    md = builder.build(np.zeros(1, np.int32), empty, np.zeros((0, 4), np.int32),
+                       np.zeros(0, np.int64), query_start_loc_cpu=np.zeros(1, np.int32),
+                       seq_lens_cpu=empty)
+    assert md.num_reqs == 0 and md.num_tokens == 0
