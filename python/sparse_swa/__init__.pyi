@@ -164,7 +164,8 @@ def encode_kv(
     cache: Array, block_size: int, rows: Array, slots: Array, dtype: str = "fp8_ds_mla"
 ) -> None:
     """Writes rows [n, 512] float32 into the host uint8 cache [num_blocks, page_bytes] at slots
-    [n] int64 (-1 = skip), in place."""
+    [n] int64 (-1 = skip), in place. The row stride is the page stride; the columns must hold
+    a page's content (content_bytes), else ValueError (decode_kv, sparse_attention alike)."""
 
 def decode_kv(cache: Array, block_size: int, slots: Array, dtype: str = "fp8_ds_mla") -> Array:
     """Reads slots [n] int64 back -> float32 [n, 512] (slot -1: zeros)."""

@@ -110,14 +110,22 @@ nb::dict page_layout_dict(int block_size, nb::handle dtype, nb::handle consumer)
   return d;
 }
 
-// A [num_blocks, page_stride_bytes] uint8 host cache.
+// A [num_blocks, >= content bytes] uint8 host cache: the row stride is the page stride, and the
+// columns must hold a page's content (the library reads and writes all of it on every page).
 template <typename Void, typename Array>
 BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_t block_size,
                                   nb::handle dtype) {
   using Byte = std::conditional_t<std::is_const_v<Void>, const uint8_t, uint8_t>;
   const MatrixView<Byte> m = host_matrix<Byte>(a, field, "uint8", 2);
+  const CacheDtype d = dtype_from(dtype);
+  const int64_t content = int64_t{block_size} * cache_token_bytes(d);
+  if (block_size >= 1 && m.cols < content) {
+    raise_value_error(str_cat(field, ": expected >= ", content, " columns (block_size ", block_size,
+                              " * ", cache_token_bytes(d), " bytes of ", cache_dtype_name(d),
+                              ", a page's content), got ", m.cols));
+  }
   const int64_t stride = a.shape(0) > 1 ? m.stride : m.cols;
-  return {m.data, m.rows, block_size, stride, dtype_from(dtype), MemorySpace::kHost};
+  return {m.data, m.rows, block_size, stride, d, MemorySpace::kHost};
 }
 
 ConstKvCacheView input_cache(nb::handle obj, std::string_view field, int32_t block_size,
@@ -213,7 +221,9 @@ void bind_attention(nb::module_& m) {
   m.def("encode_kv", &encode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("rows"),
         nb::arg("slots"), nb::arg("dtype") = nb::str("fp8_ds_mla"),
         "Writes rows [n, 512] float32 into a host cache [num_blocks, page_stride_bytes] uint8\n"
-        "in place at slots [n] int64 (-1 = skip). Device arrays raise NotImplementedError.");
+        "in place at slots [n] int64 (-1 = skip). The cache's row stride is the page stride;\n"
+        "its columns must hold a page's content (page_layout's content_bytes), or ValueError.\n"
+        "Device arrays raise NotImplementedError.");
   m.def("decode_kv", &decode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("slots"),
         nb::arg("dtype") = nb::str("fp8_ds_mla"),
         "Reads slots [n] int64 of a host cache back -> new float32 [n, 512] (slot -1: zeros).");

@@ -191,3 +191,43 @@ def test_an_empty_batch_takes_empty_seq_lens_copies():
                        np.zeros(0, np.int64), query_start_loc_cpu=np.zeros(1, np.int32),
                        seq_lens_cpu=empty)
     assert md.num_reqs == 0 and md.num_tokens == 0
+
+
+# --------------------------------------------------------------------------- cache views
+
+LAYOUT = sparse_swa.page_layout(64)  # fp8_ds_mla: 584 content bytes a token, 37440-byte pages
+NARROW = "expected >= 37376 columns (block_size 64 * 584 bytes of fp8_ds_mla, a page's content)"
+
+
+def test_a_cache_view_narrower_than_a_page_is_rejected_before_any_access():
+    assert (LAYOUT["content_bytes"], LAYOUT["page_bytes"]) == (37376, 37440)
+    full = np.full((4, LAYOUT["page_bytes"]), 7, np.uint8)
+    view = full[:, :100]
+    rows = np.ones((1, 512), np.float32)
+    slot = np.array([200], np.int64)  # block 3, token 8: bytes past column 100 of row 3
+    raises(ValueError, lambda: sparse_swa.encode_kv(view, 64, rows, slot),
+           f"cache: {NARROW}, got 100")
+    assert (full == 7).all()
+    raises(ValueError, lambda: sparse_swa.decode_kv(view, 64, slot), f"cache: {NARROW}, got 100")
+    q = np.zeros((1, 1, 512), np.uint16)
+    raises(ValueError,
+           lambda: sparse_swa.sparse_attention(q, view, 64, np.array([[200]], np.int32),
+                                               np.array([1], np.int32)),
+           f"swa_cache: {NARROW}, got 100")
+    raises(ValueError, lambda: sparse_swa.decode_kv(full[:, :37375], 64, slot),
+           f"cache: {NARROW}, got 37375")
+    raises(ValueError, lambda: sparse_swa.decode_kv(full[:1, :100], 64, np.array([0], np.int64)),
+           f"cache: {NARROW}, got 100")
+
+
+def test_a_cache_view_of_exactly_the_page_content_works_like_the_whole_page():
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((3, 512)).astype(np.float32)
+    slots = np.array([5, 200, 130], np.int64)
+    whole = np.zeros((4, LAYOUT["page_bytes"]), np.uint8)
+    sparse_swa.encode_kv(whole, 64, rows, slots)
+    cut = np.zeros_like(whole)
+    sparse_swa.encode_kv(cut[:, :LAYOUT["content_bytes"]], 64, rows, slots)
+    assert (cut == whole).all()
+    assert (sparse_swa.decode_kv(cut[:, :LAYOUT["content_bytes"]], 64, slots)
+            == sparse_swa.decode_kv(whole, 64, slots)).all()
