@@ -152,7 +152,7 @@ class MetadataBuilder:
 
 def to_ragged(indices: Array, lens: Array) -> tuple[Array, Array]:
     """Host indices [rows, width] int32 + lens [rows] int32 -> (indptr [rows + 1] int32,
-    flat [indptr[-1]] int32)."""
+    flat [indptr[-1]] int32); rows x width <= 2**31 - 1."""
 
 def page_layout(
     block_size: int, dtype: str = "fp8_ds_mla", consumer: str = "flashmla"

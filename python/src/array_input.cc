@@ -52,11 +52,8 @@ void expect_ndim(const InputArray& a, std::string_view field, size_t ndim) {
 
 template <typename T>
 const T* aligned_data(const InputArray& a, std::string_view field) {
-  const T* data = static_cast<const T*>(a.data());
-  if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
-    raise_value_error(str_cat(field, ": expected ", alignof(T), "-byte aligned data"));
-  }
-  return data;
+  expect_aligned(a.data(), alignof(T), field);
+  return static_cast<const T*>(a.data());
 }
 
 template <typename T>
@@ -72,6 +69,12 @@ std::span<const T> contiguous_vector(const InputArray& a, std::string_view field
 }
 
 }  // namespace
+
+void expect_aligned(const void* data, size_t alignment, std::string_view field) {
+  if (reinterpret_cast<uintptr_t>(data) % alignment != 0) {
+    raise_value_error(str_cat(field, ": expected ", alignment, "-byte aligned data"));
+  }
+}
 
 Framework framework_of(nb::handle obj) {
   nb::object module = nb::getattr(obj.type(), "__module__", nb::none());

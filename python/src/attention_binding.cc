@@ -5,11 +5,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <climits>
 #include <optional>
 #include <span>
 #include <string>
 #include <tuple>
 
+#include "array_input.h"
 #include "consumers_binding.h"
 #include "python_values.h"
 #include "sparse_swa/attention.h"
@@ -42,19 +44,21 @@ MatrixView<T> host_matrix(const Array& a, std::string_view field, const char* wa
   if (a.ndim() != ndim) {
     raise_value_error(str_cat(field, ": expected ", ndim, " dimensions, got ", a.ndim()));
   }
+  const bool empty = a.size() == 0;  // any strides; nothing is read
   int64_t cols = 1;
   for (size_t d = ndim; d-- > 1;) {
-    if (a.shape(d) > 1 && a.stride(d) != cols) {
+    if (!empty && a.shape(d) > 1 && a.stride(d) != cols) {
       raise_value_error(str_cat(field, ": expected C-contiguous rows, got stride ", a.stride(d),
                                 " in dimension ", d));
     }
     cols *= static_cast<int64_t>(a.shape(d));
   }
   const auto rows = static_cast<int64_t>(ndim == 0 ? 1 : a.shape(0));
-  const int64_t stride = rows > 1 ? a.stride(0) : cols;
+  const int64_t stride = rows > 1 && !empty ? a.stride(0) : cols;
   if (stride < cols) {
     raise_value_error(str_cat(field, ": expected a row stride >= ", cols, ", got ", stride));
   }
+  if (!empty) expect_aligned(a.data(), alignof(T), field);
   return {static_cast<T*>(const_cast<void*>(static_cast<const void*>(a.data()))), rows, cols,
           stride, MemorySpace::kHost};
 }
@@ -176,7 +180,23 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   if (tokens > 1 && q.stride != q.cols) {
     raise_value_error(str_cat("q: expected a contiguous array, got row stride ", q.stride));
   }
+  // Shapes before the outputs are allocated (they are as large as q).
+  if (heads < 1 || heads > static_cast<size_t>(kMaxAttentionHeads)) {
+    raise_value_error(str_cat("q: expected 1..", kMaxAttentionHeads, " heads (dimension 1), got ",
+                              heads, " (shape [", tokens, ", ", heads, ", ", dim, "])"));
+  }
+  if (dim != static_cast<size_t>(kHeadDim)) {
+    raise_value_error(str_cat("q: expected head dim ", kHeadDim, ", got ", dim));
+  }
   const MatrixView<const int32_t> idx = input_matrix<int32_t>(indices_obj, "indices", "int32", 2);
+  if (idx.cols > INT32_MAX) {
+    raise_value_error(
+        str_cat("indices: expected a width (columns) <= ", INT32_MAX, ", got ", idx.cols));
+  }
+  if (idx.rows != static_cast<int64_t>(tokens)) {
+    raise_value_error(
+        str_cat("indices: expected ", tokens, " rows (the tokens of q), got ", idx.rows));
+  }
   const std::span<const int32_t> lens = input_vector<int32_t>(lens_obj, "lens", "int32");
   if (static_cast<int64_t>(lens.size()) != idx.rows) {
     raise_value_error(
@@ -203,9 +223,6 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   p.softmax_scale = scale.value_or(kDefaultSoftmaxScale);
   p.out = out_data;
   p.lse = lse_data;
-  if (dim != static_cast<size_t>(kHeadDim)) {
-    raise_value_error(str_cat("q: expected head dim ", kHeadDim, ", got ", dim));
-  }
   throw_if_error(sparse_attention(p, Backend::kCpu));
   return {out, lse};
 }

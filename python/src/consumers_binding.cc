@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/tuple.h>
 
+#include <climits>
 #include <optional>
 #include <tuple>
 
@@ -104,9 +105,19 @@ std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::
     raise_value_error(
         str_cat("lens: expected ", m.rows, " entries (the rows of indices), got ", lens.size()));
   }
+  if (m.cols > INT32_MAX) {
+    raise_value_error(
+        str_cat("indices: expected a width (columns) <= ", INT32_MAX, ", got ", m.cols));
+  }
   const ConstIndexView view{
       m.data, lens.data(), m.rows, static_cast<int32_t>(m.cols), m.stride, 0, MemorySpace::kHost};
+  // Everything to_ragged checks, before the rows x width values are allocated.
+  throw_if_error(check_index_view(view, "indices"));
   const int64_t capacity = ragged_capacity(view);
+  if (capacity > INT32_MAX) {
+    raise_value_error(str_cat("indices: expected rows x width <= ", INT32_MAX,
+                              " (the int32 indptr), got ", m.rows, " x ", m.cols, " = ", capacity));
+  }
   const auto rows = static_cast<size_t>(m.rows);
   auto [indptr, indptr_data] = new_host_array<int32_t>({rows + 1}, 0);
   auto [values, values_data] = new_host_array<int32_t>({static_cast<size_t>(capacity)}, -1);
@@ -140,7 +151,8 @@ void bind_consumers(nb::module_& m) {
         "CSR form of a host index matrix: indices [rows, width] int32 (unit column stride),\n"
         "lens [rows] int32 with 0 <= lens <= width -> (indptr [rows + 1] int32, flat\n"
         "[indptr[-1]] int32), row i's first lens[i] entries packed. Capacity comes from the\n"
-        "width. Device arrays raise NotImplementedError.");
+        "width (rows x width <= 2**31 - 1, checked before anything is allocated). Device\n"
+        "arrays raise NotImplementedError.");
 }
 
 }  // namespace sparse_swa::python

@@ -231,3 +231,112 @@ def test_a_cache_view_of_exactly_the_page_content_works_like_the_whole_page():
     assert (cut == whole).all()
     assert (sparse_swa.decode_kv(cut[:, :LAYOUT["content_bytes"]], 64, slots)
             == sparse_swa.decode_kv(whole, 64, slots)).all()
+
+
+# --------------------------------------------------------------------------- sizes and alignment
+
+
+def fake_view(shape, strides, dtype=np.int32):
+    """A view of a small buffer claiming `shape`; only valid where the binding must not read."""
+    return np.lib.stride_tricks.as_strided(np.zeros(16, dtype), shape=shape, strides=strides)
+
+
+def test_to_ragged_never_narrows_the_width():
+    wide = fake_view((1, 2**32), (0, 4))
+    raises(ValueError, lambda: sparse_swa.to_ragged(wide, np.zeros(1, np.int32)),
+           "indices: expected a width (columns) <= 2147483647, got 4294967296")
+
+
+RAGGED_TOO_BIG = """
+import resource, numpy as np, sparse_swa
+with open("/proc/self/status") as status:
+    used = int(status.read().split("VmSize:")[1].split()[0]) << 10
+limit = used + (1 << 30)  # 1 GiB more: the 8 GiB of values a late check allocates cannot be had
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+view = np.lib.stride_tricks.as_strided(np.zeros(16, np.int32), shape=(2**16, 2**15),
+                                       strides=(2**17, 4))
+try:
+    sparse_swa.to_ragged(view, np.zeros(2**16, np.int32))
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_to_ragged_checks_the_capacity_before_allocating():
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", RAGGED_TOO_BIG], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == ("indices: expected rows x width <= 2147483647 (the int32 "
+                                  "indptr), got 65536 x 32768 = 2147483648")
+
+
+def test_to_ragged_checks_the_lens_before_allocating():
+    indices = np.arange(12, dtype=np.int32).reshape(3, 4)
+    raises(ValueError, lambda: sparse_swa.to_ragged(indices, np.array([1, 5, 0], np.int32)),
+           "indices.lens[1]: expected 0..4 (the row width), got 5")
+    indptr, flat = sparse_swa.to_ragged(indices, np.array([1, 4, 0], np.int32))
+    assert indptr.tolist() == [0, 1, 5, 5] and flat.tolist() == [0, 4, 5, 6, 7]
+
+
+def attention_args(tokens=1, heads=1):
+    cache = np.zeros((1, LAYOUT["page_bytes"]), np.uint8)
+    return (np.zeros((tokens, heads, 512), np.uint16), cache, 64,
+            np.zeros((tokens, 1), np.int32), np.ones(tokens, np.int32))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda a: (np.zeros((2, 129, 512), np.uint16),) + a[1:],
+         "q: expected 1..128 heads (dimension 1), got 129 (shape [2, 129, 512])"),
+        (lambda a: (np.zeros((2, 0, 512), np.uint16),) + a[1:],
+         "q: expected 1..128 heads (dimension 1), got 0 (shape [2, 0, 512])"),
+        (lambda a: (np.zeros((1, 1, 448), np.uint16),) + a[1:], "q: expected head dim 512, got 448"),
+        (lambda a: a[:3] + (np.zeros((2, 1), np.int32), np.ones(2, np.int32)),
+         "indices: expected 1 rows (the tokens of q), got 2"),
+        (lambda a: a[:3] + (fake_view((1, 2**32), (0, 4)),) + a[4:],
+         "indices: expected a width (columns) <= 2147483647, got 4294967296"),
+    ],
+)
+def test_sparse_attention_checks_shapes_before_allocating(change, message):
+    raises(ValueError, lambda: sparse_swa.sparse_attention(*change(attention_args())), message)
+
+
+def misaligned(shape, dtype):
+    """A C-contiguous array of `shape` whose data starts one byte into an aligned buffer."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.zeros(count * dtype.itemsize + 16, np.uint8)
+    base = (-raw.ctypes.data) % 16  # the 16-byte aligned offset, plus one
+    return np.frombuffer(raw.data, dtype, count, base + 1).reshape(shape)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda q, c, idx, lens: sparse_swa.sparse_attention(misaligned((1, 1, 512), np.uint16), c,
+                                                             64, idx, lens),
+         "q: expected 2-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.sparse_attention(q, c, 64,
+                                                             misaligned((1, 1), np.int32), lens),
+         "indices: expected 4-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.sparse_attention(q, c, 64, idx,
+                                                             misaligned((1,), np.int32)),
+         "lens: expected 4-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.sparse_attention(q, c, 64, idx, lens,
+                                                             sinks=misaligned((1,), np.float32)),
+         "sinks: expected 4-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.encode_kv(c, 64, misaligned((1, 512), np.float32),
+                                                      np.zeros(1, np.int64)),
+         "rows: expected 4-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.decode_kv(c, 64, misaligned((1,), np.int64)),
+         "slots: expected 8-byte aligned data"),
+        (lambda q, c, idx, lens: sparse_swa.to_ragged(misaligned((1, 4), np.int32), lens),
+         "indices: expected 4-byte aligned data"),
+    ],
+)
+def test_misaligned_arrays_are_rejected_like_build_rejects_them(call, message):
+    q, cache, _, idx, lens = attention_args()
+    raises(ValueError, lambda: call(q, cache, idx, lens), message)
