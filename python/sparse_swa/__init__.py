@@ -22,7 +22,10 @@ consumers (mixed_matrix, combined_prefill) raise ValueError.
 
 Errors: invalid input raises ValueError (the message names the field, the expected and the
 actual value), an unsupported combination NotImplementedError, anything else (no CUDA backend,
-a CUDA error) RuntimeError.
+a CUDA error) RuntimeError. Scalars may be Python or numpy scalars (an int, never a bool, where
+an int is expected; a bool, never an int, where a bool is); a value of the wrong kind (a float
+for an int, None for an array, a str with NUL or a lone surrogate) is a ValueError naming the
+argument, not a TypeError.
 """
 
 from ._sparse_swa import (

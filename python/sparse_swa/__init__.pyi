@@ -1,4 +1,5 @@
-"""Type stubs for sparse_swa (see __init__.py for the array and lifetime rules)."""
+"""Type stubs for sparse_swa (see __init__.py for the array and lifetime rules). Where an int,
+bool or float is annotated, the numpy scalar of that kind is taken too."""
 
 from typing import Any, Callable, Mapping, Sequence
 

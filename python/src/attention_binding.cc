@@ -1,12 +1,10 @@
 #include "attention_binding.h"
 
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
 #include <climits>
-#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -68,7 +66,9 @@ MatrixView<const T> input_matrix(nb::handle obj, std::string_view field, const c
                                  size_t ndim) {
   nb::ndarray<nb::ro> a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
-    raise_value_error(str_cat(field, ": expected a ", want, " array, got ", type_name_of(obj)));
+    const char* article = want[0] == 'i' ? "an " : "a ";  // int32, int64; float32
+    raise_value_error(
+        str_cat(field, ": expected ", article, want, " array, got ", type_name_of(obj)));
   }
   return host_matrix<const T>(a, field, want, ndim);
 }
@@ -98,8 +98,9 @@ CacheConsumer consumer_from(nb::handle value) {
       str_cat("consumer: expected \"flashmla\" or \"flashinfer\", got ", value_text(value)));
 }
 
-nb::dict page_layout_dict(int block_size, nb::handle dtype, nb::handle consumer) {
-  auto layout = page_layout(block_size, dtype_from(dtype), consumer_from(consumer));
+nb::dict page_layout_dict(nb::handle block_size, nb::handle dtype, nb::handle consumer) {
+  auto layout = page_layout(int32_from_python(block_size, "block_size"), dtype_from(dtype),
+                            consumer_from(consumer));
   throw_if_error(layout.status());
   const PageLayout& l = layout.value();
   nb::dict d;
@@ -141,8 +142,9 @@ ConstKvCacheView input_cache(nb::handle obj, std::string_view field, int32_t blo
   return cache_view<const void>(a, field, block_size, dtype);
 }
 
-void encode_kv(nb::handle cache_obj, int32_t block_size, nb::handle rows_obj, nb::handle slots_obj,
-               nb::handle dtype) {
+void encode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle rows_obj,
+               nb::handle slots_obj, nb::handle dtype) {
+  const int32_t block_size = int32_from_python(block_size_obj, "block_size");
   nb::ndarray<> cache_array;
   if (!nb::try_cast(cache_obj, cache_array, /*convert=*/false)) {
     raise_value_error(
@@ -154,8 +156,9 @@ void encode_kv(nb::handle cache_obj, int32_t block_size, nb::handle rows_obj, nb
   throw_if_error(encode_kv_rows(rows, slots, cache));
 }
 
-nb::object decode_kv(nb::handle cache_obj, int32_t block_size, nb::handle slots_obj,
+nb::object decode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle slots_obj,
                      nb::handle dtype) {
+  const int32_t block_size = int32_from_python(block_size_obj, "block_size");
   const ConstKvCacheView cache = input_cache(cache_obj, "cache", block_size, dtype);
   const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
   auto [out, data] = new_host_array<float>({slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
@@ -166,9 +169,12 @@ nb::object decode_kv(nb::handle cache_obj, int32_t block_size, nb::handle slots_
 }
 
 std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
-                                             int32_t block_size, nb::handle indices_obj,
-                                             nb::handle lens_obj, std::optional<float> scale,
+                                             nb::handle block_size_obj, nb::handle indices_obj,
+                                             nb::handle lens_obj, nb::handle scale_obj,
                                              nb::handle sinks_obj, nb::handle dtype) {
+  const int32_t block_size = int32_from_python(block_size_obj, "swa_block_size");
+  const float scale =
+      scale_obj.is_none() ? kDefaultSoftmaxScale : float_from_python(scale_obj, "scale");
   nb::ndarray<nb::ro> q_array;
   if (!nb::try_cast(q_obj, q_array, /*convert=*/false)) {
     raise_value_error(str_cat("q: expected a uint16 (bf16 bits) array, got ", type_name_of(q_obj)));
@@ -220,7 +226,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   p.swa_indices = {idx.data,   lens.data(), idx.rows,          static_cast<int32_t>(idx.cols),
                    idx.stride, 0,           MemorySpace::kHost};
   p.sinks = sinks.empty() ? nullptr : sinks.data();
-  p.softmax_scale = scale.value_or(kDefaultSoftmaxScale);
+  p.softmax_scale = scale;
   p.out = out_data;
   p.lse = lse_data;
   throw_if_error(sparse_attention(p, Backend::kCpu));
@@ -230,24 +236,26 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
 }  // namespace
 
 void bind_attention(nb::module_& m) {
-  m.def("page_layout", &page_layout_dict, nb::arg("block_size"),
-        nb::arg("dtype") = nb::str("fp8_ds_mla"), nb::arg("consumer") = nb::str("flashmla"),
+  m.def("page_layout", &page_layout_dict, nb::arg("block_size").none(),
+        nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
+        nb::arg("consumer").none() = nb::str("flashmla"),
         "The SWA cache page layout as a dict (block_size, dtype, consumer, head_size,\n"
         "token_bytes, content_bytes, alignment, page_bytes). dtype: \"fp8_ds_mla\", \"bf16\"\n"
         "or \"fp8_e4m3\"; consumer: \"flashmla\" or \"flashinfer\".");
-  m.def("encode_kv", &encode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("rows"),
-        nb::arg("slots"), nb::arg("dtype") = nb::str("fp8_ds_mla"),
+  m.def("encode_kv", &encode_kv, nb::arg("cache").none(), nb::arg("block_size").none(),
+        nb::arg("rows").none(), nb::arg("slots").none(),
+        nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
         "Writes rows [n, 512] float32 into a host cache [num_blocks, page_stride_bytes] uint8\n"
         "in place at slots [n] int64 (-1 = skip). The cache's row stride is the page stride;\n"
         "its columns must hold a page's content (page_layout's content_bytes), or ValueError.\n"
         "Device arrays raise NotImplementedError.");
-  m.def("decode_kv", &decode_kv, nb::arg("cache"), nb::arg("block_size"), nb::arg("slots"),
-        nb::arg("dtype") = nb::str("fp8_ds_mla"),
+  m.def("decode_kv", &decode_kv, nb::arg("cache").none(), nb::arg("block_size").none(),
+        nb::arg("slots").none(), nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
         "Reads slots [n] int64 of a host cache back -> new float32 [n, 512] (slot -1: zeros).");
-  m.def("sparse_attention", &attention, nb::arg("q"), nb::arg("swa_cache"),
-        nb::arg("swa_block_size"), nb::arg("indices"), nb::arg("lens"),
+  m.def("sparse_attention", &attention, nb::arg("q").none(), nb::arg("swa_cache").none(),
+        nb::arg("swa_block_size").none(), nb::arg("indices").none(), nb::arg("lens").none(),
         nb::arg("scale") = nb::none(), nb::arg("sinks") = nb::none(),
-        nb::arg("dtype") = nb::str("fp8_ds_mla"),
+        nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
         "Sparse MLA attention on the CPU backend (double-precision reference, bf16 output):\n"
         "q [T, H, 512] uint16 bf16 bits, swa_cache [num_blocks, page_stride_bytes] uint8,\n"
         "indices [T, W] int32 slot ids (-1 = skip), lens [T] int32, scale (default 512**-0.5),\n"

@@ -9,6 +9,7 @@
 #include "array_input.h"
 #include "batch_arrays.h"
 #include "metadata_binding.h"
+#include "python_values.h"
 #include "sparse_swa/consumers.h"
 #include "status_exceptions.h"
 
@@ -62,7 +63,11 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m)
 using ChunkTuple = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
 // [(chunk (start, end, N, M), rows [n, width] int32, lens [n] int32)] for an SWA-only layer.
-nb::list combined_prefill(const PyMetadata& m, int64_t compress_ratio, int64_t chunk_size) {
+nb::list combined_prefill(const PyMetadata& m, nb::handle compress_ratio_obj,
+                          nb::handle chunk_size_obj) {
+  const int64_t compress_ratio =
+      int_from_python(compress_ratio_obj, "compress_ratio", INT64_MIN, INT64_MAX);
+  const int64_t chunk_size = int_from_python(chunk_size_obj, "chunk_size", INT64_MIN, INT64_MAX);
   if (compress_ratio != 1) {
     raise_status(
         unimplemented("compress_ratio: only 1 (SWA-only layers, no indexer top-k) is "
@@ -142,12 +147,12 @@ void bind_consumers(nb::module_& m) {
       "NotImplementedError.");
   cls.attr("combined_prefill") = nb::cpp_function(
       &combined_prefill, nb::is_method(), nb::scope(cls), nb::name("combined_prefill"),
-      nb::arg("compress_ratio") = 1, nb::arg("chunk_size") = 4,
+      nb::arg("compress_ratio").none() = 1, nb::arg("chunk_size").none() = 4,
       "FlashMLA sparse prefill rows per chunk of get_prefill_chunk_plan(compress_ratio,\n"
       "chunk_size), SWA-only (compress_ratio 1): a list of ((start, end, N, M),\n"
       "rows [n, width] int32 indexing the chunk's gathered workspace, lens [n] int32).\n"
       "Host metadata only; other ratios raise NotImplementedError.");
-  m.def("to_ragged", &to_ragged_arrays, nb::arg("indices"), nb::arg("lens"),
+  m.def("to_ragged", &to_ragged_arrays, nb::arg("indices").none(), nb::arg("lens").none(),
         "CSR form of a host index matrix: indices [rows, width] int32 (unit column stride),\n"
         "lens [rows] int32 with 0 <= lens <= width -> (indptr [rows + 1] int32, flat\n"
         "[indptr[-1]] int32), row i's first lens[i] entries packed. Capacity comes from the\n"

@@ -340,3 +340,125 @@ def misaligned(shape, dtype):
 def test_misaligned_arrays_are_rejected_like_build_rejects_them(call, message):
     q, cache, _, idx, lens = attention_args()
     raises(ValueError, lambda: call(q, cache, idx, lens), message)
+
+
+# --------------------------------------------------------------------------- scalars and None
+
+
+def small_step():
+    return (np.array([0, 1, 2], np.int32), np.array([3, 4], np.int32),
+            np.arange(4, dtype=np.int32).reshape(2, 2), np.array([2, 7], np.int64))
+
+
+def test_numpy_scalars_are_taken_where_python_scalars_are():
+    builder = sparse_swa.MetadataBuilder({**CONFIG, "window_size": np.int64(8)},
+                                         cuda_stream=np.uint64(0))
+    plain = builder.build(*small_step()).copy()
+    md = builder.build(*small_step(), causal=np.bool_(True))
+    assert md.decode_swa_lens.tolist() == plain.decode_swa_lens.tolist() == [3, 4]
+    # Request 1 (seq_len 4) reads positions 0..3 of block_table[1][0] = block 2: slots 8..11.
+    assert md.decode_swa_indices[:, 0].tolist() == [[0, 1, 2, -1, -1, -1, -1, -1],
+                                                    [8, 9, 10, 11, -1, -1, -1, -1]]
+    assert md.get_prefill_chunk_plan(np.int32(4), np.int64(4), np.bool_(False)) == []
+    assert md.combined_prefill(np.int8(1), np.int16(4)) == []
+    assert sparse_swa.page_layout(np.int64(64))["page_bytes"] == 37440
+    c = sparse_swa.BuilderConfig()
+    c.window_size, c.parallel_drafting, c.compress_ratios = np.int32(16), np.bool_(False), [
+        np.int64(4)]
+    assert (c.window_size, c.parallel_drafting, c.compress_ratios) == (16, False, [4])
+    out, lse = sparse_swa.sparse_attention(*attention_args(), scale=np.float32(0.5))
+    assert out.shape == (1, 1, 512) and lse.shape == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda b: b.build(*small_step(), causal=1), "causal: expected a bool, got int 1"),
+        (lambda b: b.build(*small_step(), causal=None), "causal: expected a bool, got None"),
+        (lambda b: b.build(*small_step(), causal=np.int8(0)), "causal: expected a bool, got int8 0"),
+        (lambda b: sparse_swa.MetadataBuilder(CONFIG, cuda_stream=-1),
+         "cuda_stream: expected an int in [0, 9223372036854775807], got -1"),
+        (lambda b: sparse_swa.MetadataBuilder(CONFIG, cuda_stream=1.5),
+         "cuda_stream: expected an int, got float 1.5"),
+        (lambda b: sparse_swa.MetadataBuilder(None),
+         "config: expected a dict or sparse_swa.BuilderConfig, got None"),
+        (lambda b: sparse_swa.BuilderConfig.from_dict([("window_size", 8)]),
+         "config: expected a dict, got list"),
+        (lambda b: b.update_draft_decode_metadata(None),
+         "metadata: expected the SwaMetadata returned by build(), got None"),
+        (lambda b: b.update_draft_decode_rows(3, *small_step()),
+         "metadata: expected the SwaMetadata returned by build(), got int 3"),
+        (lambda b: b.build(*small_step()).get_prefill_chunk_plan(4.0, 4),
+         "compress_ratio: expected an int, got float 4.0"),
+        (lambda b: b.build(*small_step()).get_prefill_chunk_plan(4, None),
+         "prefill_chunk_size: expected an int, got None"),
+        (lambda b: b.build(*small_step()).get_prefill_chunk_plan(4, 4, 1),
+         "has_compressed: expected a bool, got int 1"),
+        (lambda b: b.build(*small_step()).combined_prefill(1, "4"),
+         "chunk_size: expected an int, got str '4'"),
+        (lambda b: sparse_swa.page_layout(64.0), "block_size: expected an int, got float 64.0"),
+        (lambda b: sparse_swa.page_layout(True), "block_size: expected an int, got bool True"),
+        (lambda b: sparse_swa.page_layout(2**31),
+         "block_size: expected an int in [-2147483648, 2147483647], got 2147483648"),
+        (lambda b: sparse_swa.page_layout(64, None), "dtype: expected a str, got None"),
+        (lambda b: sparse_swa.to_ragged(None, np.zeros(1, np.int32)),
+         "indices: expected an array supporting DLPack or the buffer protocol (numpy, torch, "
+         "cupy, jax), got NoneType"),
+        (lambda b: sparse_swa.to_ragged(np.zeros((1, 4), np.int32), None),
+         "lens: expected an array supporting DLPack"),
+        (lambda b: sparse_swa.encode_kv(None, 64, np.zeros((1, 512), np.float32),
+                                        np.zeros(1, np.int64)),
+         "cache: expected a writable uint8 array, got NoneType"),
+        (lambda b: sparse_swa.encode_kv(np.zeros((1, 37440), np.uint8), 64, None,
+                                        np.zeros(1, np.int64)),
+         "rows: expected a float32 array, got NoneType"),
+        (lambda b: sparse_swa.encode_kv(np.zeros((1, 37440), np.uint8), 64.0,
+                                        np.zeros((1, 512), np.float32), np.zeros(1, np.int64)),
+         "block_size: expected an int, got float 64.0"),
+        (lambda b: sparse_swa.decode_kv(np.zeros((1, 37440), np.uint8), 64, None),
+         "slots: expected an int64 array, got NoneType"),
+        (lambda b: sparse_swa.sparse_attention(None, *attention_args()[1:]),
+         "q: expected a uint16 (bf16 bits) array, got NoneType"),
+        (lambda b: sparse_swa.sparse_attention(*attention_args()[:3], None, np.ones(1, np.int32)),
+         "indices: expected an int32 array, got NoneType"),
+        (lambda b: sparse_swa.sparse_attention(*attention_args()[:2], None,
+                                               *attention_args()[3:]),
+         "swa_block_size: expected an int, got None"),
+        (lambda b: sparse_swa.sparse_attention(*attention_args(), scale="0.5"),
+         "scale: expected a float, got str '0.5'"),
+        (lambda b: sparse_swa.sparse_attention(*attention_args(), scale=1e300),
+         "scale: expected a float32 value (|x| <= 3.40282e+38), got 1e+300"),
+    ],
+)
+def test_values_of_the_wrong_kind_are_value_errors_naming_the_argument(call, message):
+    raises(ValueError, lambda: call(sparse_swa.MetadataBuilder(CONFIG)), message)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("window_size", 2**31, "config.window_size: expected an int in [-2147483648, 2147483647], "
+                               "got 2147483648"),
+        ("window_size", None, "config.window_size: expected an int, got None"),
+        ("block_size", 4.0, "config.block_size: expected an int, got float 4.0"),
+        ("max_model_len", 2**63, "config.max_model_len: expected an int in "
+                                 "[-9223372036854775808, 9223372036854775807], got "
+                                 "9223372036854775808"),
+        ("parallel_drafting", 1, "config.parallel_drafting: expected a bool, got int 1"),
+        ("compress_ratios", [1, "4"], "config.compress_ratios[1]: expected an int, got str '4'"),
+        ("compress_ratios", None, "config.compress_ratios: expected a list of ints, got NoneType"),
+        ("speculative_method", None, "config.speculative_method: expected a str, got None"),
+    ],
+)
+def test_builder_config_setters_raise_value_errors_naming_the_field(field, value, message):
+    c = sparse_swa.BuilderConfig()
+    before = c.to_dict()
+    raises(ValueError, lambda: setattr(c, field, value), message)
+    assert c.to_dict() == before
+
+
+def test_an_int_too_long_to_print_is_still_a_value_error():
+    c = sparse_swa.BuilderConfig()
+    raises(ValueError, lambda: setattr(c, "max_model_len", 10**5000),
+           "config.max_model_len: expected an int in [-9223372036854775808, "
+           "9223372036854775807], got <int object>")
