@@ -155,6 +155,11 @@ PyMetadata& metadata_from(nb::handle obj) {
     raise_value_error(
         str_cat("metadata: expected the SwaMetadata returned by build(), got ", describe(obj)));
   }
+  if (!nb::inst_ready(obj)) {
+    raise_value_error(
+        "metadata: expected the SwaMetadata returned by build(), got one made by "
+        "__new__");
+  }
   return nb::cast<PyMetadata&>(obj);
 }
 

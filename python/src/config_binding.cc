@@ -66,7 +66,12 @@ void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
 }  // namespace
 
 BuilderConfig config_from_object(nb::handle obj) {
-  if (nb::isinstance<BuilderConfig>(obj)) return nb::cast<BuilderConfig>(obj);
+  if (nb::isinstance<BuilderConfig>(obj)) {
+    if (!nb::inst_ready(obj)) {
+      raise_value_error("config: expected an initialized BuilderConfig, got one made by __new__");
+    }
+    return nb::cast<BuilderConfig>(obj);
+  }
   if (!nb::isinstance<nb::dict>(obj)) {
     raise_value_error(
         str_cat("config: expected a dict or sparse_swa.BuilderConfig, got ", type_name_of(obj)));

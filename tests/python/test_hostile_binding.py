@@ -462,3 +462,15 @@ def test_an_int_too_long_to_print_is_still_a_value_error():
     raises(ValueError, lambda: setattr(c, "max_model_len", 10**5000),
            "config.max_model_len: expected an int in [-9223372036854775808, "
            "9223372036854775807], got <int object>")
+
+
+def test_objects_made_by_new_without_init_are_value_errors():
+    bare_config = sparse_swa.BuilderConfig.__new__(sparse_swa.BuilderConfig)
+    raises(ValueError, lambda: sparse_swa.MetadataBuilder(bare_config),
+           "config: expected an initialized BuilderConfig, got one made by __new__")
+    bare_md = sparse_swa.SwaMetadata.__new__(sparse_swa.SwaMetadata)
+    builder = sparse_swa.MetadataBuilder(CONFIG)
+    raises(ValueError, lambda: builder.update_draft_decode_metadata(bare_md),
+           "metadata: expected the SwaMetadata returned by build(), got one made by __new__")
+    raises(ValueError, lambda: builder.update_draft_decode_rows(bare_md, *small_step()),
+           "metadata: expected the SwaMetadata returned by build(), got one made by __new__")
