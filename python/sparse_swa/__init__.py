@@ -16,11 +16,16 @@ seq_lens_cpu. Results come back in the inputs' framework and device.
 
 Lifetime: the metadata's arrays alias the builder's persistent buffers (fixed addresses, as CUDA
 graphs need). They are valid until the builder's next build(), which overwrites them in place;
-they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone.
+they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone; it
+must be taken before the next build(), after which copy(), get_prefill_chunk_plan() and the
+consumers (mixed_matrix, combined_prefill) raise ValueError.
 
 Errors: invalid input raises ValueError (the message names the field, the expected and the
 actual value), an unsupported combination NotImplementedError, anything else (no CUDA backend,
-a CUDA error) RuntimeError.
+a CUDA error) RuntimeError. Scalars may be Python or numpy scalars (an int, never a bool, where
+an int is expected; a bool, never an int, where a bool is); a value of the wrong kind (a float
+for an int, None for an array, a str with NUL or a lone surrogate) is a ValueError naming the
+argument, not a TypeError.
 """
 
 from ._sparse_swa import (

@@ -1,4 +1,5 @@
-"""Type stubs for sparse_swa (see __init__.py for the array and lifetime rules)."""
+"""Type stubs for sparse_swa (see __init__.py for the array and lifetime rules). Where an int,
+bool or float is annotated, the numpy scalar of that kind is taken too."""
 
 from typing import Any, Callable, Mapping, Sequence
 
@@ -80,9 +81,11 @@ class SwaMetadata:
         prefill_chunk_size: int,
         has_compressed: bool | None = None,
     ) -> ChunkPlan:
-        """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size."""
+        """(start, end, N, M) per chunk of prefill requests; ValueError on a bad ratio/size
+        or when a later build() made this metadata stale (is_current False)."""
     def copy(self) -> SwaMetadata:
-        """A snapshot with owned array copies; later builds leave it alone."""
+        """A snapshot with owned array copies; later builds leave it alone. ValueError when a
+        later build() already made this metadata stale (is_current False)."""
     def mixed_matrix(self) -> tuple[Array, Array, Array]:
         """SWA-only mixed matrix as new host arrays: (indices [T, row_width] int32, lens [T]
         int32, swa_lens [T] int32). Host metadata of the last build() only."""
@@ -150,7 +153,7 @@ class MetadataBuilder:
 
 def to_ragged(indices: Array, lens: Array) -> tuple[Array, Array]:
     """Host indices [rows, width] int32 + lens [rows] int32 -> (indptr [rows + 1] int32,
-    flat [indptr[-1]] int32)."""
+    flat [indptr[-1]] int32); rows x width <= 2**31 - 1."""
 
 def page_layout(
     block_size: int, dtype: str = "fp8_ds_mla", consumer: str = "flashmla"
@@ -162,7 +165,8 @@ def encode_kv(
     cache: Array, block_size: int, rows: Array, slots: Array, dtype: str = "fp8_ds_mla"
 ) -> None:
     """Writes rows [n, 512] float32 into the host uint8 cache [num_blocks, page_bytes] at slots
-    [n] int64 (-1 = skip), in place."""
+    [n] int64 (-1 = skip), in place. The row stride is the page stride; the columns must hold
+    a page's content (content_bytes), else ValueError (decode_kv, sparse_attention alike)."""
 
 def decode_kv(cache: Array, block_size: int, slots: Array, dtype: str = "fp8_ds_mla") -> Array:
     """Reads slots [n] int64 back -> float32 [n, 512] (slot -1: zeros)."""

@@ -1,5 +1,6 @@
 #include "array_input.h"
 
+#include "python_values.h"
 #include "sparse_swa/status.h"
 #include "status_exceptions.h"
 
@@ -51,11 +52,8 @@ void expect_ndim(const InputArray& a, std::string_view field, size_t ndim) {
 
 template <typename T>
 const T* aligned_data(const InputArray& a, std::string_view field) {
-  const T* data = static_cast<const T*>(a.data());
-  if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
-    raise_value_error(str_cat(field, ": expected ", alignof(T), "-byte aligned data"));
-  }
-  return data;
+  expect_aligned(a.data(), alignof(T), field);
+  return static_cast<const T*>(a.data());
 }
 
 template <typename T>
@@ -72,10 +70,16 @@ std::span<const T> contiguous_vector(const InputArray& a, std::string_view field
 
 }  // namespace
 
+void expect_aligned(const void* data, size_t alignment, std::string_view field) {
+  if (reinterpret_cast<uintptr_t>(data) % alignment != 0) {
+    raise_value_error(str_cat(field, ": expected ", alignment, "-byte aligned data"));
+  }
+}
+
 Framework framework_of(nb::handle obj) {
   nb::object module = nb::getattr(obj.type(), "__module__", nb::none());
   if (!nb::isinstance<nb::str>(module)) return Framework::kDlpack;
-  const std::string_view name = nb::borrow<nb::str>(module).c_str();
+  const std::string name = message_text(module);
   auto is = [&](std::string_view pkg) {
     return name.substr(0, pkg.size()) == pkg &&
            (name.size() == pkg.size() || name[pkg.size()] == '.');
@@ -95,14 +99,13 @@ InputArray import_array(nb::handle obj, std::string_view field) {
   InputArray a;
   if (!nb::try_cast(obj, a, /*convert=*/false)) {
     if (nb::hasattr(obj, "__dlpack__")) {
-      raise_value_error(str_cat(field, ": its DLPack export failed (",
-                                nb::type_name(obj.type()).c_str(),
+      raise_value_error(str_cat(field, ": its DLPack export failed (", type_name_of(obj),
                                 "; a torch tensor that requires grad needs .detach())"));
     }
     raise_value_error(str_cat(field,
                               ": expected an array supporting DLPack or the buffer protocol "
                               "(numpy, torch, cupy, jax), got ",
-                              nb::type_name(obj.type()).c_str()));
+                              type_name_of(obj)));
   }
   return a;
 }

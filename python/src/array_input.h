@@ -38,7 +38,10 @@ Place place_of(const InputArray& a, std::string_view field);
 void expect_place(const InputArray& a, std::string_view field, const Place& expected,
                   std::string_view why);
 
-// [n] contiguous vectors and [rows, cols] matrices with unit column stride.
+// ValueError unless `data` is `alignment`-byte aligned (a view offset into a buffer may not be).
+void expect_aligned(const void* data, size_t alignment, std::string_view field);
+
+// [n] contiguous vectors and [rows, cols] matrices with unit column stride (aligned data).
 std::span<const int32_t> int32_vector(const InputArray& a, std::string_view field);
 std::span<const int64_t> int64_vector(const InputArray& a, std::string_view field);
 MatrixView<const int32_t> int32_matrix(const InputArray& a, std::string_view field,

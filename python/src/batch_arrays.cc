@@ -16,6 +16,15 @@ InputArray import_on(nb::handle obj, const char* field, const Place& place, cons
   return a;
 }
 
+// The library reads an empty host copy as none given: an empty array where rows are expected
+// must not pass for None.
+void expect_host_copy_size(size_t size, size_t expected, std::string_view array) {
+  if (size != expected) {
+    raise_value_error(str_cat(array, "_cpu: expected ", expected, " entries (a host copy of ",
+                              array, "; None for no copy), got ", size));
+  }
+}
+
 }  // namespace
 
 ImportedBatch import_batch(const BatchObjects& o) {
@@ -53,11 +62,14 @@ ImportedBatch import_batch(const BatchObjects& o) {
     b.query_start_loc_cpu =
         import_on(o.query_start_loc_cpu, "query_start_loc_cpu", host, "(a host copy)");
     in.query_start_loc_host = int32_vector(b.query_start_loc_cpu, "query_start_loc_cpu");
+    expect_host_copy_size(in.query_start_loc_host.size(), in.query_start_loc.size(),
+                          "query_start_loc");
     b.host_framework = framework_of(o.query_start_loc_cpu);
   }
   if (!o.seq_lens_cpu.is_none()) {
     b.seq_lens_cpu = import_on(o.seq_lens_cpu, "seq_lens_cpu", host, "(a host copy)");
     in.seq_lens_host = int32_vector(b.seq_lens_cpu, "seq_lens_cpu");
+    expect_host_copy_size(in.seq_lens_host.size(), in.seq_lens.size(), "seq_lens");
   }
   return b;
 }
@@ -81,8 +93,7 @@ std::vector<ImageSpan> image_spans_from_python(nb::handle spans) {
     for (nb::handle pair : list) {
       const std::string item = str_cat(field, "[", i++, "]");
       if ((!PyList_Check(pair.ptr()) && !PyTuple_Check(pair.ptr())) || nb::len(pair) != 2) {
-        raise_value_error(
-            str_cat(item, ": expected a (start, end) pair, got ", nb::repr(pair).c_str()));
+        raise_value_error(str_cat(item, ": expected a (start, end) pair, got ", describe(pair)));
       }
       out.push_back({request, int32_from_python(pair[0], item + " start"),
                      int32_from_python(pair[1], item + " end")});

@@ -35,7 +35,8 @@ struct ImportedBatch {
 };
 
 // ValueError naming the argument on a non-array, wrong dtype or rank, non-unit inner stride, or
-// arrays on different devices; with cuda arrays the two *_cpu host copies are required.
+// arrays on different devices; with cuda arrays the two *_cpu host copies are required. A host
+// copy given (not None) must have its array's length; an empty one is not taken for absent.
 ImportedBatch import_batch(const BatchObjects& objects);
 
 // {request index: [(start, end), ...]} (inclusive, absolute positions) or None.

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "batch_arrays.h"
 #include "config_binding.h"
 #include "metadata_binding.h"
+#include "python_values.h"
 #include "status_exceptions.h"
 
 namespace sparse_swa::python {
@@ -18,10 +20,11 @@ namespace {
 
 class PyMetadataBuilder {
  public:
-  PyMetadataBuilder(nb::handle config, nb::handle device, uintptr_t cuda_stream,
+  PyMetadataBuilder(nb::handle config, nb::handle device, nb::handle cuda_stream,
                     nb::object tile_sched_factory)
       : config_(config_from_object(config)),
-        cuda_stream_(reinterpret_cast<void*>(cuda_stream)),
+        cuda_stream_(reinterpret_cast<void*>(
+            static_cast<uintptr_t>(int_from_python(cuda_stream, "cuda_stream", 0, INT64_MAX)))),
         tile_sched_factory_(std::move(tile_sched_factory)) {
     throw_if_error(validate_config(config_));
     derived_ = derive_config(config_);
@@ -29,15 +32,14 @@ class PyMetadataBuilder {
       raise_value_error("tile_sched_factory: expected None or a callable");
     }
     if (device.is_none()) return;
-    const std::string name =
-        nb::isinstance<nb::str>(device) ? nb::borrow<nb::str>(device).c_str() : "";
+    const std::string name = string_from_python(device, "device");
     if (name == "cpu") {
       backend(Device::kCpu);
     } else if (name == "cuda") {
       backend(Device::kCuda);
     } else {
       raise_value_error(
-          str_cat("device: expected None, \"cpu\" or \"cuda\", got ", nb::repr(device).c_str()));
+          str_cat("device: expected None, \"cpu\" or \"cuda\", got ", value_text(device)));
     }
   }
 
@@ -147,6 +149,20 @@ class PyMetadataBuilder {
   std::vector<ImageSpan> spans_;  // reused across builds
 };
 
+// The metadata argument of the draft update: a SwaMetadata, or ValueError naming it.
+PyMetadata& metadata_from(nb::handle obj) {
+  if (!nb::isinstance<PyMetadata>(obj)) {
+    raise_value_error(
+        str_cat("metadata: expected the SwaMetadata returned by build(), got ", describe(obj)));
+  }
+  if (!nb::inst_ready(obj)) {
+    raise_value_error(
+        "metadata: expected the SwaMetadata returned by build(), got one made by "
+        "__new__");
+  }
+  return nb::cast<PyMetadata&>(obj);
+}
+
 BatchObjects batch_objects(nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
                            bool causal, nb::object qsl_cpu, nb::object seq_cpu) {
   return {std::move(qsl),     std::move(seq),     std::move(bt), std::move(slots),
@@ -175,24 +191,26 @@ void bind_builder(nb::module_& m) {
       "Not thread-safe: one builder serves one engine thread.")
       .def(
           "__init__",
-          [](PyMetadataBuilder* self, nb::handle config, nb::handle device, uintptr_t cuda_stream,
+          [](PyMetadataBuilder* self, nb::handle config, nb::handle device, nb::handle cuda_stream,
              nb::object factory) {
             new (self) PyMetadataBuilder(config, device, cuda_stream, std::move(factory));
           },
-          nb::arg("config"), nb::kw_only(), nb::arg("device") = nb::none(),
-          nb::arg("cuda_stream") = 0, nb::arg("tile_sched_factory") = nb::none())
+          nb::arg("config").none(), nb::kw_only(), nb::arg("device") = nb::none(),
+          nb::arg("cuda_stream").none() = 0, nb::arg("tile_sched_factory") = nb::none())
       .def(
           "build",
           [](nb::handle self, nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
-             bool causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu) {
+             nb::handle causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu) {
             PyMetadataBuilder& b = nb::cast<PyMetadataBuilder&>(self);
-            return b.build(self, batch_objects(qsl, seq, bt, slots, causal, qsl_cpu, seq_cpu),
+            return b.build(self,
+                           batch_objects(qsl, seq, bt, slots, bool_from_python(causal, "causal"),
+                                         qsl_cpu, seq_cpu),
                            image_spans);
           },
           nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
-          nb::arg("block_table").none(), nb::arg("slot_mapping").none(), nb::arg("causal") = true,
-          nb::arg("image_spans") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
-          nb::arg("seq_lens_cpu") = nb::none(),
+          nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
+          nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
+          nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
           "Builds one step's metadata (decode requests first, as the scheduler orders them).\n\n"
           "query_start_loc: [num_reqs + 1] int32, 0 first, non-decreasing.\n"
           "seq_lens: [num_reqs] int32, context + query tokens after this step.\n"
@@ -200,15 +218,17 @@ void bind_builder(nb::module_& m) {
           "slot_mapping: [num_tokens] int64 KV write slots, -1 = padding.\n"
           "causal: False for DSpark non-causal draft rows.\n"
           "image_spans: {request index: [(start, end), ...]} inclusive absolute positions.\n"
-          "query_start_loc_cpu, seq_lens_cpu: host int32 copies; required with cuda arrays.\n\n"
+          "query_start_loc_cpu, seq_lens_cpu: host int32 copies of the same lengths, or None;\n"
+          "    required with cuda arrays.\n\n"
           "Host arrays run the CPU backend, cuda arrays the CUDA backend (RuntimeError when\n"
           "this build has none). Arrays are taken without copies: dtype, rank, layout and\n"
           "device mismatches raise ValueError naming the argument, as do invalid values.\n"
           "The result's arrays alias this builder's buffers until its next build().")
       .def(
           "update_draft_decode_metadata",
-          [](nb::handle self, PyMetadata& md, nb::object seq, nb::object bt, nb::object qsl_cpu,
-             nb::object seq_cpu) {
+          [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt,
+             nb::object qsl_cpu, nb::object seq_cpu) {
+            PyMetadata& md = metadata_from(metadata);
             const BatchObjects& in = md.inputs;
             BatchObjects objects = batch_objects(
                 in.query_start_loc, or_default(seq, in.seq_lens), or_default(bt, in.block_table),
@@ -216,7 +236,7 @@ void bind_builder(nb::module_& m) {
                 or_default(seq_cpu, in.seq_lens_cpu));
             nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects));
           },
-          nb::arg("metadata"), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
+          nb::arg("metadata").none(), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
           nb::arg("block_table") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
           nb::arg("seq_lens_cpu") = nb::none(),
           "The reference's update_draft_decode_metadata: after the engine advanced seq_lens\n"
@@ -226,12 +246,13 @@ void bind_builder(nb::module_& m) {
           "backend checks with). metadata must be this builder's last build().")
       .def(
           "update_draft_decode_rows",
-          [](nb::handle self, PyMetadata& md, nb::object qsl, nb::object seq, nb::object bt,
+          [](nb::handle self, nb::handle metadata, nb::object qsl, nb::object seq, nb::object bt,
              nb::object slots, nb::object qsl_cpu, nb::object seq_cpu) {
+            PyMetadata& md = metadata_from(metadata);
             nb::cast<PyMetadataBuilder&>(self).update_draft(
                 self, md, batch_objects(qsl, seq, bt, slots, md.md.causal, qsl_cpu, seq_cpu));
           },
-          nb::arg("metadata"), nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
+          nb::arg("metadata").none(), nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
           "update_draft_decode_metadata with every batch array given explicitly.")

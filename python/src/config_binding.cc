@@ -19,11 +19,7 @@ constexpr const char* kFieldNames =
     "compress_ratios";
 
 SpeculativeMethod to_method(nb::handle value) {
-  if (!nb::isinstance<nb::str>(value)) {
-    raise_value_error(
-        str_cat("config.speculative_method: expected a str, got ", type_name_of(value)));
-  }
-  auto method = parse_speculative_method(nb::borrow<nb::str>(value).c_str());
+  auto method = parse_speculative_method(string_from_python(value, "config.speculative_method"));
   throw_if_error(method.status());
   return method.value();
 }
@@ -70,17 +66,19 @@ void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
 }  // namespace
 
 BuilderConfig config_from_object(nb::handle obj) {
-  if (nb::isinstance<BuilderConfig>(obj)) return nb::cast<BuilderConfig>(obj);
+  if (nb::isinstance<BuilderConfig>(obj)) {
+    if (!nb::inst_ready(obj)) {
+      raise_value_error("config: expected an initialized BuilderConfig, got one made by __new__");
+    }
+    return nb::cast<BuilderConfig>(obj);
+  }
   if (!nb::isinstance<nb::dict>(obj)) {
     raise_value_error(
         str_cat("config: expected a dict or sparse_swa.BuilderConfig, got ", type_name_of(obj)));
   }
   BuilderConfig config;
   for (auto [key, value] : nb::borrow<nb::dict>(obj)) {
-    if (!nb::isinstance<nb::str>(key)) {
-      raise_value_error(str_cat("config: expected str keys, got ", nb::repr(key).c_str()));
-    }
-    set_field(config, nb::borrow<nb::str>(key).c_str(), value);
+    set_field(config, string_from_python(key, "config key"), value);
   }
   return config;
 }
@@ -100,37 +98,62 @@ nb::dict config_to_dict(const BuilderConfig& c) {
   return d;
 }
 
+// A read-write property whose setter takes any object and checks it like a dict entry, so a bad
+// value is a ValueError naming config.NAME (never a TypeError with the signature).
+template <typename Getter>
+void def_field(nb::class_<BuilderConfig>& cls, const char* name, Getter getter, const char* doc) {
+  cls.def_prop_rw(
+      name, getter, [name](BuilderConfig& c, nb::handle value) { set_field(c, name, value); },
+      nb::for_setter(nb::arg("value").none()), doc);
+}
+
+template <typename T>
+void def_field(nb::class_<BuilderConfig>& cls, const char* name, T BuilderConfig::*member,
+               const char* doc) {
+  def_field(
+      cls, name, [member](const BuilderConfig& c) { return c.*member; }, doc);
+}
+
 void bind_config(nb::module_& m) {
-  nb::class_<BuilderConfig>(m, "BuilderConfig",
-                            "Builder configuration, with the JSON config's field names.\n\n"
-                            "Validated when a MetadataBuilder is made from it.")
-      .def(nb::init<>())
+  nb::class_<BuilderConfig> cls(m, "BuilderConfig",
+                                "Builder configuration, with the JSON config's field names.\n\n"
+                                "Validated when a MetadataBuilder is made from it. Fields take\n"
+                                "Python or numpy scalars; a value of another kind or range raises\n"
+                                "ValueError naming the field.");
+  cls.def(nb::init<>())
       .def_static(
-          "from_dict", [](nb::dict d) { return config_from_object(d); }, nb::arg("config"),
+          "from_dict",
+          [](nb::handle d) {
+            if (!nb::isinstance<nb::dict>(d)) {
+              raise_value_error(str_cat("config: expected a dict, got ", describe(d)));
+            }
+            return config_from_object(d);
+          },
+          nb::arg("config").none(),
           "A BuilderConfig from a dict with the JSON config's field names.")
       .def("to_dict", &config_to_dict, "The config as a dict with the JSON config's field names.")
-      .def_rw("window_size", &BuilderConfig::window_size, "W >= 1, the logical sliding window.")
-      .def_rw("block_size", &BuilderConfig::block_size, "B >= 1, tokens per SWA KV page.")
-      .def_rw("max_num_batched_tokens", &BuilderConfig::max_num_batched_tokens,
-              "Row capacity of every per-token buffer.")
-      .def_rw("max_num_seqs", &BuilderConfig::max_num_seqs, "Request capacity.")
-      .def_rw("max_model_len", &BuilderConfig::max_model_len)
-      .def_rw("num_speculative_tokens", &BuilderConfig::num_speculative_tokens, "k >= 0.")
-      .def_prop_rw(
-          "speculative_method",
-          [](const BuilderConfig& c) {
-            return std::string(speculative_method_name(c.speculative_method));
-          },
-          [](BuilderConfig& c, nb::handle v) { c.speculative_method = to_method(v); },
-          "\"none\", \"mtp\" or \"dspark\".")
-      .def_rw("parallel_drafting", &BuilderConfig::parallel_drafting)
-      .def_rw("max_image_tokens", &BuilderConfig::max_image_tokens,
-              "Mi >= 0; vision checkpoints widen prefill rows to W + Mi.")
-      .def_rw("compress_ratios", &BuilderConfig::compress_ratios,
-              "Each in {1, 2, 4, 128}; empty means [1].")
       .def("__repr__", [](const BuilderConfig& c) {
-        return str_cat("BuilderConfig(", nb::repr(config_to_dict(c)).c_str(), ")");
+        return str_cat("BuilderConfig(", message_text(nb::repr(config_to_dict(c))), ")");
       });
+  def_field(cls, "window_size", &BuilderConfig::window_size, "W >= 1, the logical sliding window.");
+  def_field(cls, "block_size", &BuilderConfig::block_size, "B >= 1, tokens per SWA KV page.");
+  def_field(cls, "max_num_batched_tokens", &BuilderConfig::max_num_batched_tokens,
+            "Row capacity of every per-token buffer.");
+  def_field(cls, "max_num_seqs", &BuilderConfig::max_num_seqs, "Request capacity.");
+  def_field(cls, "max_model_len", &BuilderConfig::max_model_len, "Longest sequence, >= 1.");
+  def_field(cls, "num_speculative_tokens", &BuilderConfig::num_speculative_tokens, "k >= 0.");
+  def_field(
+      cls, "speculative_method",
+      [](const BuilderConfig& c) {
+        return std::string(speculative_method_name(c.speculative_method));
+      },
+      "\"none\", \"mtp\" or \"dspark\".");
+  def_field(cls, "parallel_drafting", &BuilderConfig::parallel_drafting,
+            "theta = 1 + 2k instead of 1 + k; needs a speculative method.");
+  def_field(cls, "max_image_tokens", &BuilderConfig::max_image_tokens,
+            "Mi >= 0; vision checkpoints widen prefill rows to W + Mi.");
+  def_field(cls, "compress_ratios", &BuilderConfig::compress_ratios,
+            "Each in {1, 2, 4, 128}; empty means [1].");
 }
 
 }  // namespace sparse_swa::python

@@ -2,12 +2,14 @@
 
 #include <nanobind/stl/tuple.h>
 
+#include <climits>
 #include <optional>
 #include <tuple>
 
 #include "array_input.h"
 #include "batch_arrays.h"
 #include "metadata_binding.h"
+#include "python_values.h"
 #include "sparse_swa/consumers.h"
 #include "status_exceptions.h"
 
@@ -25,10 +27,7 @@ ImportedBatch import_host_batch(const PyMetadata& m) {
   if (m.impl == nullptr) {
     raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
   }
-  if (*m.backend_generation != m.generation) {
-    raise_value_error(str_cat("metadata: expected the metadata of its builder's last build() (",
-                              *m.backend_generation, "), got build ", m.generation));
-  }
+  m.expect_current();
   if (m.md.space != MemorySpace::kHost) {
     raise_status(
         unimplemented("metadata: the consumers are bound for host (cpu) metadata only, "
@@ -64,7 +63,11 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m)
 using ChunkTuple = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
 // [(chunk (start, end, N, M), rows [n, width] int32, lens [n] int32)] for an SWA-only layer.
-nb::list combined_prefill(const PyMetadata& m, int64_t compress_ratio, int64_t chunk_size) {
+nb::list combined_prefill(const PyMetadata& m, nb::handle compress_ratio_obj,
+                          nb::handle chunk_size_obj) {
+  const int64_t compress_ratio =
+      int_from_python(compress_ratio_obj, "compress_ratio", INT64_MIN, INT64_MAX);
+  const int64_t chunk_size = int_from_python(chunk_size_obj, "chunk_size", INT64_MIN, INT64_MAX);
   if (compress_ratio != 1) {
     raise_status(
         unimplemented("compress_ratio: only 1 (SWA-only layers, no indexer top-k) is "
@@ -107,9 +110,19 @@ std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::
     raise_value_error(
         str_cat("lens: expected ", m.rows, " entries (the rows of indices), got ", lens.size()));
   }
+  if (m.cols > INT32_MAX) {
+    raise_value_error(
+        str_cat("indices: expected a width (columns) <= ", INT32_MAX, ", got ", m.cols));
+  }
   const ConstIndexView view{
       m.data, lens.data(), m.rows, static_cast<int32_t>(m.cols), m.stride, 0, MemorySpace::kHost};
+  // Everything to_ragged checks, before the rows x width values are allocated.
+  throw_if_error(check_index_view(view, "indices"));
   const int64_t capacity = ragged_capacity(view);
+  if (capacity > INT32_MAX) {
+    raise_value_error(str_cat("indices: expected rows x width <= ", INT32_MAX,
+                              " (the int32 indptr), got ", m.rows, " x ", m.cols, " = ", capacity));
+  }
   const auto rows = static_cast<size_t>(m.rows);
   auto [indptr, indptr_data] = new_host_array<int32_t>({rows + 1}, 0);
   auto [values, values_data] = new_host_array<int32_t>({static_cast<size_t>(capacity)}, -1);
@@ -134,16 +147,17 @@ void bind_consumers(nb::module_& m) {
       "NotImplementedError.");
   cls.attr("combined_prefill") = nb::cpp_function(
       &combined_prefill, nb::is_method(), nb::scope(cls), nb::name("combined_prefill"),
-      nb::arg("compress_ratio") = 1, nb::arg("chunk_size") = 4,
+      nb::arg("compress_ratio").none() = 1, nb::arg("chunk_size").none() = 4,
       "FlashMLA sparse prefill rows per chunk of get_prefill_chunk_plan(compress_ratio,\n"
       "chunk_size), SWA-only (compress_ratio 1): a list of ((start, end, N, M),\n"
       "rows [n, width] int32 indexing the chunk's gathered workspace, lens [n] int32).\n"
       "Host metadata only; other ratios raise NotImplementedError.");
-  m.def("to_ragged", &to_ragged_arrays, nb::arg("indices"), nb::arg("lens"),
+  m.def("to_ragged", &to_ragged_arrays, nb::arg("indices").none(), nb::arg("lens").none(),
         "CSR form of a host index matrix: indices [rows, width] int32 (unit column stride),\n"
         "lens [rows] int32 with 0 <= lens <= width -> (indptr [rows + 1] int32, flat\n"
         "[indptr[-1]] int32), row i's first lens[i] entries packed. Capacity comes from the\n"
-        "width. Device arrays raise NotImplementedError.");
+        "width (rows x width <= 2**31 - 1, checked before anything is allocated). Device\n"
+        "arrays raise NotImplementedError.");
 }
 
 }  // namespace sparse_swa::python

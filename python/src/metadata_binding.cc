@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "array_output.h"
+#include "python_values.h"
 #include "status_exceptions.h"
 
 namespace sparse_swa::python {
@@ -86,9 +87,15 @@ nb::object prefill_seq_lens(const PyMetadata& m) {
 }
 
 std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> chunk_plan(
-    const PyMetadata& m, int64_t compress_ratio, int64_t prefill_chunk_size,
-    std::optional<bool> has_compressed) {
-  auto plan = prefill_chunk_plan(m.md, compress_ratio, prefill_chunk_size, has_compressed);
+    const PyMetadata& m, nb::handle compress_ratio, nb::handle prefill_chunk_size,
+    nb::handle has_compressed) {
+  const int64_t ratio = int_from_python(compress_ratio, "compress_ratio", INT64_MIN, INT64_MAX);
+  const int64_t chunk =
+      int_from_python(prefill_chunk_size, "prefill_chunk_size", INT64_MIN, INT64_MAX);
+  std::optional<bool> compressed;
+  if (!has_compressed.is_none()) compressed = bool_from_python(has_compressed, "has_compressed");
+  m.expect_current();
+  auto plan = prefill_chunk_plan(m.md, ratio, chunk, compressed);
   throw_if_error(plan.status());
   std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
   out.reserve(plan.value().size());
@@ -115,7 +122,14 @@ nb::object PyMetadata::array(MetadataArray which) {
   return slot;
 }
 
+void PyMetadata::expect_current() const {
+  if (impl == nullptr || *backend_generation == generation) return;
+  raise_value_error(str_cat("metadata: expected the metadata of its builder's last build() (",
+                            *backend_generation, "), got build ", generation));
+}
+
 PyMetadata PyMetadata::copy() {
+  expect_current();
   PyMetadata c;
   c.md = md;
   c.builder = nb::none();
@@ -247,12 +261,12 @@ void bind_metadata(nb::module_& m) {
           "flashinfer_sparse_index_cache",
           [](const PyMetadata& x) { return x.flashinfer_sparse_index_cache; },
           "A dict for consumers' per-step caches; cleared by the draft update.")
-      .def("get_prefill_chunk_plan", &chunk_plan, nb::arg("compress_ratio"),
-           nb::arg("prefill_chunk_size"), nb::arg("has_compressed") = nb::none(),
+      .def("get_prefill_chunk_plan", &chunk_plan, nb::arg("compress_ratio").none(),
+           nb::arg("prefill_chunk_size").none(), nb::arg("has_compressed") = nb::none(),
            "The reference's greedy prefill workspace plan: a list of (start, end, N, M) over\n"
            "the prefill requests, N the compressed width and M = N + max gather length.\n"
            "has_compressed defaults to compress_ratio > 1. ValueError for a ratio outside\n"
-           "{1, 2, 4, 128} or prefill_chunk_size < 1.")
+           "{1, 2, 4, 128}, prefill_chunk_size < 1 or metadata no longer current.")
       .def("copy", &PyMetadata::copy,
            "A snapshot whose arrays are owned copies (made by their own framework); later\n"
            "builds do not change it. A copy cannot be passed to the draft update.")

@@ -49,6 +49,9 @@ struct PyMetadata {
   nb::dict tile_sched;                   // layer type name -> scheduler object
   nb::dict flashinfer_sparse_index_cache;
 
+  // ValueError unless this is the metadata of its builder's last build() on that backend (a
+  // later build rewrote the buffers it reads). A copy() owns what it reads and always passes.
+  void expect_current() const;
   // The array (or None), exported on first use and cached.
   nb::object array(MetadataArray which);
   // A detached snapshot: every array copied by its framework, host lens owned.

@@ -2,7 +2,10 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <typeinfo>
 
 #include "attention_binding.h"
 #include "builder_binding.h"
@@ -35,10 +38,19 @@ void raise_status_for_tests(const std::string& code, const std::string& message)
   sparse_swa::python::raise_status(sparse_swa::Status(c, message));
 }
 
+// Test hook: throws a C++ exception of `kind` out of a bound function (the translator's case).
+void throw_cpp_exception_for_tests(const std::string& kind) {
+  if (kind == "bad_alloc") throw std::bad_alloc();
+  if (kind == "bad_cast") throw std::bad_cast();
+  if (kind == "length_error") throw std::length_error("basic_string: construction from null");
+  throw 42;  // not a std::exception at all
+}
+
 }  // namespace
 
 NB_MODULE(_sparse_swa, m) {
   m.doc() = "sparse_swa: DeepSeek-V4 sparse sliding-window attention metadata (C++/CUDA core).";
+  sparse_swa::python::register_exception_translator();
   sparse_swa::python::bind_config(m);
   sparse_swa::python::bind_metadata(m);
   sparse_swa::python::bind_builder(m);
@@ -49,4 +61,5 @@ NB_MODULE(_sparse_swa, m) {
   m.attr("has_cuda_backend") = bool(SPARSE_SWA_PYTHON_HAS_CUDA);
   m.attr("__version__") = SPARSE_SWA_VERSION;
   m.def("_raise_status", &raise_status_for_tests, nb::arg("code"), nb::arg("message"));
+  m.def("_throw_cpp_exception", &throw_cpp_exception_for_tests, nb::arg("kind"));
 }

@@ -2,9 +2,29 @@
 
 #include <nanobind/nanobind.h>
 
+#include <exception>
+#include <new>
+
 namespace nb = nanobind;
 
 namespace sparse_swa::python {
+
+namespace {
+
+// PyErr_SetString would replace a message that is not valid UTF-8 by a UnicodeDecodeError.
+void set_error(PyObject* type, const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(type, "sparse_swa: an error whose message cannot be shown");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
+}  // namespace
 
 void raise_status(const Status& status) {
   PyObject* type = PyExc_RuntimeError;
@@ -20,15 +40,27 @@ void raise_status(const Status& status) {
     case StatusCode::kInternal:
       break;
   }
-  const std::string message =
-      status.ok() ? std::string("raise_status called with OK") : status.message();
-  PyErr_SetString(type, message.c_str());
+  set_error(type, status.ok() ? std::string("raise_status called with OK") : status.message());
   throw nb::python_error();
 }
 
 void raise_value_error(const std::string& message) {
-  PyErr_SetString(PyExc_ValueError, message.c_str());
+  set_error(PyExc_ValueError, message);
   throw nb::python_error();
+}
+
+void register_exception_translator() {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError, "sparse_swa: out of memory");
+    } catch (...) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "sparse_swa: internal error in the Python binding (an unexpected C++ "
+                      "exception); please report the call that raised it");
+    }
+  });
 }
 
 }  // namespace sparse_swa::python

@@ -16,4 +16,9 @@ inline void throw_if_error(const Status& status) {
 // Raises ValueError(message): for bad arguments the binding itself detects (dtype, device, ...).
 [[noreturn]] void raise_value_error(const std::string& message);
 
+// The last resort for C++ exceptions out of a bound function (nanobind's python_error and its
+// builtin exceptions are handled before): MemoryError for std::bad_alloc, RuntimeError with a
+// message of ours for anything else, so no C++ exception text reaches the user.
+void register_exception_translator();
+
 }  // namespace sparse_swa::python

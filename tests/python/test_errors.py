@@ -155,7 +155,7 @@ def test_host_copy_errors(mixed_builder):
     qsl, seq, bt, slots = mixed_batch()
     with pytest.raises(ValueError, match="query_start_loc_cpu: expected dtype int32, got int64"):
         mixed_builder.build(qsl, seq, bt, slots, query_start_loc_cpu=qsl.astype(np.int64))
-    with pytest.raises(ValueError, match=r"batch\.seq_lens_host: expected 3 entries, got 2"):
+    with pytest.raises(ValueError, match=r"seq_lens_cpu: expected 3 entries \(a host copy of seq_lens; None for no copy\), got 2"):
         mixed_builder.build(qsl, seq, bt, slots, seq_lens_cpu=seq[:2])
 
 
