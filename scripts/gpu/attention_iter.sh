@@ -11,10 +11,13 @@ stages=${*:-tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
-  timeout 300 "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
-    >"$OUT/attention_tests.log" 2>&1
-  echo "tests: exit $?"
-  grep -E "^\[  FAILED|largest|tests ran|PASSED|Expected|first:" "$OUT/attention_tests.log" | head -30
+  # The default QK choice, then each QK variant forced on every shape.
+  for qk in auto mma wgmma; do
+    SPARSE_SWA_ATTENTION_QK=$qk timeout 300 "$B/sparse_swa_tests" --gtest_filter='*Attention*' \
+      --gtest_brief=1 >"$OUT/attention_tests_$qk.log" 2>&1
+    echo "tests (QK $qk): exit $?"
+    grep -E "^\[  FAILED|largest|PASSED|first:" "$OUT/attention_tests_$qk.log" | sort -u | head -12
+  done
 fi
 if has bench; then
   timeout 300 "$B/sparse_swa_attention_bench" --json "$OUT/attention_bench.json" \
@@ -24,6 +27,14 @@ if has flashmla; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --json "$OUT/flashmla.json" \
       2>&1 | tee "$OUT/flashmla.txt" | tail -20
+fi
+if has ablate; then
+  # Development: the pipeline with parts left out (results are wrong by design; time only).
+  for ab in ${ABLATIONS:-0 1 2 4 8 3 9 6 15}; do
+    printf "ablate %2s: " "$ab"
+    SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/sparse_swa_attention_bench" --only \
+      "${ABLATE_SHAPE:-flash_h64_b64}" --runs 10 | tail -1
+  done
 fi
 if has ncu; then
   for shape in ${NCU_SHAPES:-flash_h64_b64}; do
@@ -35,6 +46,18 @@ if has ncu; then
     grep -E "Duration|Throughput|Pipe|Stall|Registers|Achieved Occupancy|Bank|Executed Ipc" \
       "$OUT/ncu_$shape.txt" | head -40
   done
+fi
+if has ncusrc; then
+  # Per-instruction stall samples of one launch (SASS with the samples' columns, CSV).
+  shape=${NCU_SHAPES:-flash_h64_b64}
+  timeout 240 ncu --clock-control none --set full --import-source no -k regex:ds_mla_attention \
+    --launch-skip 1 --launch-count 1 -f -o /tmp/prof "$B/sparse_swa_attention_bench" \
+    --only "$shape" --runs 2 >/tmp/ncusrc.log 2>&1
+  echo "ncu source: exit $?"; tail -3 /tmp/ncusrc.log
+  ncu -i /tmp/prof.ncu-rep --page source --csv --print-source sass >"$OUT/sass_$shape.csv" 2>&1
+  echo "sass csv: $(wc -l <"$OUT/sass_$shape.csv") lines"; head -c 600 "$OUT/sass_$shape.csv"; echo
+  ncu -i /tmp/prof.ncu-rep --page details --section WarpStateStats --section SchedulerStats \
+    >"$OUT/ncu_stalls_$shape.txt" 2>&1
 fi
 if has sanitize; then
   for tool in memcheck racecheck initcheck; do

@@ -1,18 +1,19 @@
 // Sparse MLA attention on the tensor cores for fp8_ds_mla caches (the semantics are
 // include/sparse_swa/attention.h's; the CPU reference is src/cpu/attention_cpu.cc).
 //
-// One CTA = one query token x up to 64 heads x one slice of the token's key list. The keys of
-// both segments are one list (SWA entries first), walked in tiles of 32:
-//   gather  cp.async copies each valid key's 576 data bytes and 8 scale bytes into a raw stage
-//           (two stages: tile i + 2 is in flight while tile i is computed);
-//   decode  the raw tile becomes bf16 rows in shared memory (e4m3 * 2^(s - 127) is exact in
-//           bf16); masked keys (-1, past the length, out of range) become zero rows;
-//   QK      S = Q K^T with m16n8k16 bf16 MMAs, fp32 accumulators: warp (m, d) takes 16 or 32 heads
-//           and a 128-dim slice of the 512, and the four slices' partial S are summed through
-//           shared memory by every warp that needs the rows;
-//   softmax online, in base 2, per head row; masked keys score -inf;
-//   PV      O += P V with V = the same bf16 rows; P is split into bf16 hi + lo parts (two MMAs)
-//           so the product keeps ~16 bits of P, as the fp32 reference does.
+// One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
+// The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
+// roles (warp specialisation, 512 threads) that hand tiles on through mbarriers:
+//   producer (warpgroup 0)  cp.async gathers each valid key's 576 data and 8 scale bytes into a
+//       raw stage (two in flight), then decodes the tile into bf16 rows (e4m3 * 2^(s - 127) is
+//       exact in bf16; masked keys -- -1, past the length, out of range -- become zero rows) in
+//       one of three K stages, stored in the 128-byte swizzle layout that wgmma and ldmatrix read;
+//   QK + softmax (warpgroup 1)  S = Q K^T, fp32 accumulators: one wgmma m64n32k16 chain for the
+//       64-row head group, or (groups of <= 32 heads) m16n8k16 MMAs per 16 heads; then the
+//       online softmax in base 2 (masked keys -inf), P written as bf16 hi + lo parts with the
+//       rows' rescale factors;
+//   PV (warpgroups 2-3)  O += P V with V = the same rows, m16n8k16 MMAs: warp (32 heads, 128 dims);
+//       P's two bf16 parts keep ~16 bits of P, as the fp32 reference does.
 // When tokens x head groups leave SMs idle and the caller gives a workspace, the key list is split
 // over several CTAs (the plan depends on shapes only; each CTA finds its tiles from the device
 // lens) and a second kernel merges the slices' (O, max, sum). No host sync, no allocation.
@@ -24,6 +25,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "cuda/attention_ds_mla.cuh"
@@ -33,18 +36,42 @@
 namespace sparse_swa::detail {
 namespace {
 
-constexpr int kKeys = 32;             // keys per tile
-constexpr int kPitch = kHeadDim + 8;  // bf16 per shared row: 1040 bytes, ldmatrix conflict-free
-constexpr int kSlices = 4;            // dim slices of the QK and PV work
-constexpr int kSliceDims = kHeadDim / kSlices;
-constexpr int kRedPitch = kKeys + 8;            // floats per row of a partial-S slice
+constexpr int kKeys = 32;           // keys per tile
+constexpr int kGroupHeads = 64;     // heads per CTA (fewer: zero rows, skipped where possible)
+constexpr int kThreads = 512;       // 4 warpgroups: producer, QK, PV, PV
+constexpr int kKStages = 3;         // decoded K tiles in shared memory
+constexpr int kPBufs = 2;           // P tiles between QK and PV
+constexpr int kPPitch = kKeys + 8;  // bf16 per P row: 80 bytes, ldmatrix conflict-free
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
-constexpr int kRawScales = kKeys * kDsMlaTokenBytes;  // scale bytes' offset in a raw stage
+constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
 constexpr int kRawStage = kRawScales + kKeys * kDsMlaScaleBytes;  // 18688 bytes
-constexpr int kValidSlots = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared memory, in bytes from a 1024-aligned base.
+constexpr int kQBytes = kGroupHeads * kHeadDim * 2;     // [64, 512] bf16, swizzled
+constexpr int kKBytes = kKeys * kHeadDim * 2;           // [32, 512] bf16, swizzled
+constexpr int kPBytes = 2 * kGroupHeads * kPPitch * 2;  // hi and lo [64, 40] bf16
+constexpr int kQOff = 0;
+constexpr int kKOff = kQOff + kQBytes;
+constexpr int kRawOff = kKOff + kKStages * kKBytes;
+constexpr int kPOff = kRawOff + 2 * kRawStage;
+constexpr int kCorrOff = kPOff + kPBufs * kPBytes;               // [2][64] fp32
+constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;      // [64] (max, sum)
+constexpr int kValidKOff = kMlOff + kGroupHeads * 8;             // [3][32] bytes
+constexpr int kValidRawOff = kValidKOff + kKStages * kKeys;      // [2][32] bytes
+constexpr int kBarOff = (kValidRawOff + 2 * kKeys + 7) / 8 * 8;  // mbarriers, below
+constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
+constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
+static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0, "swizzled tiles need 1024-byte bases");
+
+// Byte offset of bf16 element (row, col) in a swizzled [rows, 512] tile: 8 column blocks of
+// [rows, 64 values = 128 bytes]; the 16-byte chunk index is XOR-ed with row % 8.
+__device__ __forceinline__ uint32_t sw128(int row, int col, int rows) {
+  return static_cast<uint32_t>((col >> 6) * rows * 128 + row * 128 +
+                               ((((col & 63) >> 3) ^ (row & 7)) << 4) + ((col & 7) << 1));
+}
 
 struct Segment {
   const int32_t* indices;  // [T, row_stride] slot ids
@@ -71,64 +98,88 @@ struct Args {
   int32_t groups;
   int32_t splits;
   int32_t num_segments;
+  int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
   Segment seg0, seg1;
 };
+// Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
+// MMAs; the producer skips decoding.
+// 16: CTAs 0 and the last print a timeline (%globaltimer, ns) of their roles' milestones.
+constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8, kTimeline = 16;
 
-// Heads per CTA = 16 * MT; warps = 4 dim slices x head-warps, each warp MW m-tiles of 16 heads.
-template <int MT>
-struct Config {
-  static constexpr int kHeads = 16 * MT;
-  static constexpr int kWarpTiles = MT == 4 ? 2 : 1;
-  static constexpr int kHeadWarps = MT / kWarpTiles;
-  static constexpr int kThreads = 32 * kSlices * kHeadWarps;
-  static constexpr int kThreadsPerKey = kThreads / kKeys;
-  static constexpr size_t kSmem = size_t{kHeads} * kPitch * 2                 // q_s
-                                  + size_t{2} * kKeys * kPitch * 2            // k_s, two stages
-                                  + size_t{kSlices} * kHeads * kRedPitch * 4  // partial S
-                                  + size_t{2} * kRawStage                     // raw stages
-                                  + kValidSlots * kKeys;                      // key valid flags
-};
-
-__device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int32_t width) {
-  return min(max(lens[t], 0), width);
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void milestone(const Args& a, const char* what, int i) {
+  if ((a.ablate & kTimeline) && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) &&
+      (threadIdx.x & 127) == 0) {
+    printf("cta %u %-12s %3d %llu\n", blockIdx.x, what, i, (unsigned long long)global_ns());
+  }
 }
 
-// Starts the copies of keys [key0, key0 + 32) of token t's list into a raw stage and records
-// which keys are valid. Entries < -1 or >= num_slots are counted (once: group 0 only).
-template <int kThreadsPerKey>
-__device__ __forceinline__ void gather_tile(const Args& a, int64_t t, int32_t len0, int64_t total,
-                                            int64_t key0, uint8_t* raw, uint8_t* valid,
-                                            bool count_bad) {
-  const int key = threadIdx.x / kThreadsPerKey;
-  const int part = threadIdx.x % kThreadsPerKey;
-  const int64_t j = key0 + key;
-  bool ok = false;
-  const uint8_t* src = nullptr;
+// What every role knows about its CTA.
+struct Cta {
+  int64_t t;  // query token
+  int h0;     // first head of the group
+  int heads;  // heads of the group, 1..64
+  int split;
+  int32_t len0;    // valid SWA entries (clamped)
+  int64_t total;   // valid entries of both segments
+  int32_t tile0;   // first tile of this split
+  int32_t n;       // tiles of this split
+  uint8_t* base;   // 1024-aligned shared memory
+  uint32_t sbase;  // its shared-window address
+  __device__ uint32_t bar(int i) const { return sbase + kBarOff + 8 * i; }
+  __device__ uint32_t k_full(int s) const { return bar(s); }
+  __device__ uint32_t k_empty(int s) const { return bar(kKStages + s); }
+  __device__ uint32_t p_full(int b) const { return bar(2 * kKStages + b); }
+  __device__ uint32_t p_empty(int b) const { return bar(2 * kKStages + kPBufs + b); }
+};
+
+// ---- producer: gather and decode ----
+
+// Where key `key` of tile i lives: its data and scale bytes, or nothing (masked). Entries < -1
+// or >= num_slots are counted (once: head group 0, the thread of part 0). 128 threads, 4 per key.
+struct KeySource {
+  const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
-  if (j < total) {
-    const bool swa = j < len0;
-    const Segment& s = swa ? a.seg0 : a.seg1;
-    const int32_t idx = s.indices[t * s.row_stride + (swa ? j : j - len0)];
-    if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-      const uint32_t block = static_cast<uint32_t>(idx) / s.block_size;
-      const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
-      const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
-      src = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
-      scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
+};
+__device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, int i, int tid) {
+  const int key = tid >> 2;
+  const int64_t j = int64_t{c.tile0 + i} * kKeys + key;
+  KeySource k;
+  if (i >= c.n || j >= c.total) return k;
+  const bool swa = j < c.len0;
+  const Segment& s = swa ? a.seg0 : a.seg1;
+  const int32_t idx = s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+  if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
+    const uint32_t block = static_cast<uint32_t>(idx) / s.block_size;
+    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
+    const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
+    k.data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
+    k.scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
                static_cast<int64_t>(offset) * kDsMlaScaleBytes;
-      ok = true;
-    } else if (idx != -1 && part == 0 && count_bad && a.bad_count != nullptr) {
-      atomicAdd(a.bad_count, 1);
+  } else if (idx != -1 && (tid & 3) == 0 && c.h0 == 0 && a.bad_count != nullptr) {
+    atomicAdd(a.bad_count, 1);
+  }
+  return k;
+}
+
+// Starts the copies of tile i's keys into raw stage (i & 1) and records which keys are valid.
+__device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const KeySource& k) {
+  const int key = tid >> 2;
+  const int part = tid & 3;
+  uint8_t* raw = c.base + kRawOff + (i & 1) * kRawStage;
+  if (k.data != nullptr) {
+    const uint32_t dst = ptx::smem_addr(raw + key * kDsMlaTokenBytes);
+#pragma unroll
+    for (int ch = part; ch < kChunks; ch += 4) ptx::cp_async_16(dst + ch * 16, k.data + ch * 16);
+    if (part == 0) {
+      ptx::cp_async_8(ptx::smem_addr(raw + kRawScales + key * kDsMlaScaleBytes), k.scales);
     }
   }
-  if (ok) {
-    const uint32_t dst = ptx::smem_addr(raw + key * kDsMlaTokenBytes);
-    for (int c = part; c < kChunks; c += kThreadsPerKey)
-      ptx::cp_async_16(dst + c * 16, src + c * 16);
-    if (part == 0)
-      ptx::cp_async_8(ptx::smem_addr(raw + kRawScales + key * kDsMlaScaleBytes), scales);
-  }
-  if (part == 0) valid[key] = ok;
+  if (part == 0) c.base[kValidRawOff + (i & 1) * kKeys + key] = k.data != nullptr;
 }
 
 // Two e4m3 codes (low byte first) times 2^(s - 127) as a bf16 pair; exact (NaN stays NaN).
@@ -146,39 +197,82 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale, 
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-// Raw stage -> bf16 rows [32, kPitch]; invalid keys become zero rows.
-template <int kThreads>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* valid,
-                                            uint16_t* k_s) {
-  for (int item = threadIdx.x; item < kKeys * kChunks; item += kThreads) {
-    const int key = item / kChunks;
-    const int c = item - key * kChunks;
-    uint16_t* row = k_s + key * kPitch;
-    const uint8_t* src = raw + key * kDsMlaTokenBytes + c * 16;
-    if (c < kNopeChunks) {
-      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-      if (valid[key]) {
-        const uint4 v = *reinterpret_cast<const uint4*>(src);
-        const uint32_t s = raw[kRawScales + key * kDsMlaScaleBytes + c / 4];
-        const bool huge = s == 255;
-        // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127).
-        const float scale = __uint_as_float(s == 0 ? 0x00400000u : (huge ? 254u : s) << 23);
-        lo.x = e4m3x2_to_bf16x2(v.x, scale, huge);
-        lo.y = e4m3x2_to_bf16x2(v.x >> 16, scale, huge);
-        lo.z = e4m3x2_to_bf16x2(v.y, scale, huge);
-        lo.w = e4m3x2_to_bf16x2(v.y >> 16, scale, huge);
-        hi.x = e4m3x2_to_bf16x2(v.z, scale, huge);
-        hi.y = e4m3x2_to_bf16x2(v.z >> 16, scale, huge);
-        hi.z = e4m3x2_to_bf16x2(v.w, scale, huge);
-        hi.w = e4m3x2_to_bf16x2(v.w >> 16, scale, huge);
-      }
-      *reinterpret_cast<uint4*>(row + c * 16) = lo;
-      *reinterpret_cast<uint4*>(row + c * 16 + 8) = hi;
-    } else {
-      const uint4 v = valid[key] ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(row + kNopeDim + (c - kNopeChunks) * 8) = v;
+// Raw stage (i & 1) -> K stage, swizzled bf16; invalid keys become zero rows. 128 threads, 4 per
+// key: part p decodes NoPE chunks p, p + 4, ... (scale byte r for its r-th chunk) and RoPE chunks
+// 28 + p, 32 + p. No divergence inside a warp but masked keys, every loop unrolled.
+__device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int tid) {
+  const int key = tid >> 2;
+  const int part = tid & 3;
+  const uint8_t* raw = c.base + kRawOff + (i & 1) * kRawStage;
+  const uint8_t* src = raw + key * kDsMlaTokenBytes;
+  uint8_t* k = c.base + kKOff + stage * kKBytes;
+  const bool ok = c.base[kValidRawOff + (i & 1) * kKeys + key] != 0;
+  if (ok) {
+    const uint2 sc = *reinterpret_cast<const uint2*>(raw + kRawScales + key * kDsMlaScaleBytes);
+#pragma unroll
+    for (int r = 0; r < kNopeChunks / 4; ++r) {
+      const int ch = part + 4 * r;
+      const uint4 v = *reinterpret_cast<const uint4*>(src + ch * 16);
+      const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
+      const bool huge = sb == 255;
+      // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127).
+      const float scale = __uint_as_float(sb == 0 ? 0x00400000u : (huge ? 254u : sb) << 23);
+      uint4 lo, hi;
+      lo.x = e4m3x2_to_bf16x2(v.x, scale, huge);
+      lo.y = e4m3x2_to_bf16x2(v.x >> 16, scale, huge);
+      lo.z = e4m3x2_to_bf16x2(v.y, scale, huge);
+      lo.w = e4m3x2_to_bf16x2(v.y >> 16, scale, huge);
+      hi.x = e4m3x2_to_bf16x2(v.z, scale, huge);
+      hi.y = e4m3x2_to_bf16x2(v.z >> 16, scale, huge);
+      hi.z = e4m3x2_to_bf16x2(v.w, scale, huge);
+      hi.w = e4m3x2_to_bf16x2(v.w >> 16, scale, huge);
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kKeys)) = lo;
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kKeys)) = hi;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int ch = kNopeChunks + part + 4 * r;
+      *reinterpret_cast<uint4*>(k + sw128(key, kNopeDim + (ch - kNopeChunks) * 8, kKeys)) =
+          *reinterpret_cast<const uint4*>(src + ch * 16);
+    }
+  } else {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int r = 0; r < kNopeChunks / 4; ++r) {
+      const int ch = part + 4 * r;
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kKeys)) = zero;
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kKeys)) = zero;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      *reinterpret_cast<uint4*>(k + sw128(key, kNopeDim + (part + 4 * r) * 8, kKeys)) = zero;
     }
   }
+  if (part == 0) c.base[kValidKOff + stage * kKeys + key] = ok;
+}
+
+__device__ void producer(const Args& a, const Cta& c, int tid) {
+  gather_tile(c, 0, tid, resolve_key(a, c, 0, tid));
+  ptx::cp_async_commit();
+  gather_tile(c, 1, tid, resolve_key(a, c, 1, tid));
+  ptx::cp_async_commit();
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % kKStages;
+    // Tile i + 2's index load is in flight while tile i is decoded.
+    const KeySource next = (a.ablate & kAblateGather) ? KeySource{} : resolve_key(a, c, i + 2, tid);
+    ptx::cp_async_wait<1>();
+    ptx::named_barrier(1, 128);  // every producer thread's copies of tile i have landed
+    if (i < 2 || i == c.n - 1) milestone(a, "prod landed", i);
+    if (i >= kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / kKStages) - 1) & 1);
+    if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid);
+    ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
+    ptx::mbar_arrive(c.k_full(stage));
+    if (i < 2 || i == c.n - 1) milestone(a, "prod decoded", i);
+    ptx::named_barrier(1, 128);  // raw stage (i & 1) is free again
+    if (i + 2 < c.n && !(a.ablate & kAblateGather)) gather_tile(c, i + 2, tid, next);
+    ptx::cp_async_commit();
+  }
+  ptx::cp_async_wait<0>();
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
@@ -189,234 +283,200 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 
-template <int MT>
-__global__ void __launch_bounds__(Config<MT>::kThreads, 1)
-    ds_mla_attention_kernel(const __grid_constant__ Args a) {
-  using C = Config<MT>;
-  constexpr int MW = C::kWarpTiles;
-  constexpr int kDimTiles = kSliceDims / 8;  // n-tiles of 8 output dims per warp
-  extern __shared__ __align__(128) uint8_t smem[];
-  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);                // [kHeads, kPitch]
-  uint16_t* k_s = q_s + C::kHeads * kPitch;                         // [2][32, kPitch]
-  float* red = reinterpret_cast<float*>(k_s + 2 * kKeys * kPitch);  // [4][kHeads, kRedPitch]
-  uint8_t* raw = reinterpret_cast<uint8_t*>(red + kSlices * C::kHeads * kRedPitch);  // [2][stage]
-  uint8_t* valid = raw + 2 * kRawStage;                                              // [4][32]
+// ---- QK + softmax: warp q of warpgroup 1 owns head rows 16q..16q+15 ----
 
-  const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
-  const int split = static_cast<int>(blockIdx.x % a.splits);
-  const int64_t tg = blockIdx.x / a.splits;
-  const int group = static_cast<int>(tg % a.groups);
-  const int64_t t = tg / a.groups;
-  const int h0 = group * C::kHeads;
-
-  // Q rows of the group; heads past H are zero rows (their outputs are never stored).
-  for (int i = tid; i < C::kHeads * (kHeadDim / 8); i += C::kThreads) {
-    const int h = i / (kHeadDim / 8);
-    const int c = i % (kHeadDim / 8);
-    uint16_t* dst = q_s + h * kPitch + c * 8;
-    if (h0 + h < a.num_heads) {
-      ptx::cp_async_16(ptx::smem_addr(dst), a.q + (t * a.num_heads + h0 + h) * kHeadDim + c * 8);
-    } else {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+// S [16 heads, 32 keys] of warp q in the m16n8 accumulator layout (n-tile j in s[j]).
+template <bool kWgmma>
+__device__ __forceinline__ void qk_tile(const Cta& c, int stage, int q, int lane,
+                                        float (&s)[4][4]) {
+  const uint32_t q_base = c.sbase + kQOff;
+  const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
+  if constexpr (kWgmma) {
+    float d[16];
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const uint32_t step = (kk & 3) * 32;  // 16 bf16 along K inside a 128-byte row
+      const uint64_t da = ptx::sw128_desc(q_base + (kk >> 2) * (kGroupHeads * 128) + step);
+      const uint64_t db = ptx::sw128_desc(k_base + (kk >> 2) * (kKeys * 128) + step);
+      ptx::wgmma_m64n32k16(d, da, db, kk > 0);
     }
-  }
-
-  // Device lens are data: clamped to the row widths.
-  const int32_t len0 = clamp_len(a.seg0.lens, t, a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? clamp_len(a.seg1.lens, t, a.seg1.width) : 0;
-  const int64_t total = int64_t{len0} + len1;
-  const int32_t all_tiles = static_cast<int32_t>((total + kKeys - 1) / kKeys);
-  const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
-  const int32_t tile0 = split * per_split;
-  const int32_t n = max(0, min(all_tiles, tile0 + per_split) - tile0);
-  const bool count_bad = group == 0;
-  auto gather = [&](int i) {
-    gather_tile<C::kThreadsPerKey>(a, t, len0, total, int64_t{tile0 + i} * kKeys,
-                                   raw + (i & 1) * kRawStage, valid + (i % kValidSlots) * kKeys,
-                                   count_bad);
-  };
-
-  if (n > 0) gather(0);
-  ptx::cp_async_commit();
-  if (n > 1) gather(1);
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<1>();
-  __syncthreads();
-  if (n > 0) decode_tile<C::kThreads>(raw, valid, k_s);
-
-  const int mh = warp % C::kHeadWarps;
-  const int ds = warp / C::kHeadWarps;
-  const int row0 = mh * MW * 16;  // the warp's first head row in the group
-  const int d0 = ds * kSliceDims;
-
-  float o[MW][kDimTiles][4];
-  float m_run[MW][2], l_run[MW][2];
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
 #pragma unroll
-  for (int mi = 0; mi < MW; ++mi) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int nt = 0; nt < kDimTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mi][nt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) s[j][e] = d[4 * j + e];
     }
-    m_run[mi][0] = m_run[mi][1] = -INFINITY;
-    l_run[mi][0] = l_run[mi][1] = 0.0f;
-  }
-
-  for (int i = 0; i < n; ++i) {
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // tile i + 1 landed; every warp is done with tile i - 1
-    if (i + 1 < n) {
-      decode_tile<C::kThreads>(raw + ((i + 1) & 1) * kRawStage,
-                               valid + ((i + 1) % kValidSlots) * kKeys,
-                               k_s + ((i + 1) & 1) * kKeys * kPitch);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
     }
-    if (i + 2 < n) gather(i + 2);
-    ptx::cp_async_commit();
-
-    const uint16_t* kt = k_s + (i & 1) * kKeys * kPitch;
-    const uint8_t* vt = valid + (i % kValidSlots) * kKeys;
-
-    // Partial S over this warp's 128 dims: [MW * 16 heads, 32 keys].
-    float s[MW][4][4];
-#pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mi][nt][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kSliceDims / 16; ++kk) {
-      const int d = d0 + kk * 16;
-      uint32_t qa[MW][4];
-#pragma unroll
-      for (int mi = 0; mi < MW; ++mi) {
-        ptx::ldmatrix_x4(qa[mi], ptx::smem_addr(q_s + (row0 + mi * 16 + (lane & 15)) * kPitch + d +
-                                                (lane >> 4) * 8));
-      }
-      uint32_t kb[2][4];
+#pragma unroll 4
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      uint32_t qa[4], kb[2][4];
+      ptx::ldmatrix_x4(
+          qa, q_base + sw128(16 * q + (lane & 15), kk * 16 + (lane >> 4) * 8, kGroupHeads));
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
-        ptx::ldmatrix_x4(kb[np],
-                         ptx::smem_addr(kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * kPitch + d +
-                                        ((lane >> 3) & 1) * 8));
+        ptx::ldmatrix_x4(kb[np], k_base + sw128(np * 16 + (lane & 7) + (lane >> 4) * 8,
+                                                kk * 16 + ((lane >> 3) & 1) * 8, kKeys));
       }
 #pragma unroll
-      for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          ptx::mma_bf16_16816(s[mi][nt], qa[mi], kb[nt >> 1][(nt & 1) * 2],
-                              kb[nt >> 1][(nt & 1) * 2 + 1]);
-        }
+      for (int j = 0; j < 4; ++j) {
+        ptx::mma_bf16_16816(s[j], qa, kb[j >> 1][(j & 1) * 2], kb[j >> 1][(j & 1) * 2 + 1]);
       }
     }
-    {
-      float* w = red + ds * C::kHeads * kRedPitch;
-#pragma unroll
-      for (int mi = 0; mi < MW; ++mi) {
-        const int r = row0 + mi * 16 + (lane >> 2);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int c = nt * 8 + 2 * (lane & 3);
-          *reinterpret_cast<float2*>(w + r * kRedPitch + c) =
-              make_float2(s[mi][nt][0], s[mi][nt][1]);
-          *reinterpret_cast<float2*>(w + (r + 8) * kRedPitch + c) =
-              make_float2(s[mi][nt][2], s[mi][nt][3]);
-        }
-      }
-    }
-    __syncthreads();  // every slice's partial S is in shared memory
+  }
+}
 
-    // Full S (the four slices summed in a fixed order, so every warp of a head row agrees),
-    // scaled to log2 units; masked keys -inf.
+template <bool kWgmma>
+__device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
+  // With m16n8k16 MMAs, 16-head tiles past the group's heads are skipped (their P is never
+  // read); wgmma always computes all 64 rows.
+  const bool active = kWgmma || 16 * q < c.heads;
+  const int row = 16 * q + (lane >> 2);  // and row + 8
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % kKStages;
+    const int b = i % kPBufs;
+    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
+    if (i < 2 || i == c.n - 1) milestone(a, "qk got K", i);
+    float s[4][4];
+    if (active && !(a.ablate & kAblateQk)) {
+      qk_tile<kWgmma>(c, stage, q, lane, s);
+    } else {
 #pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
-      const int r = row0 + mi * 16 + (lane >> 2);
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = nt * 8 + 2 * (lane & 3);
-        float2 lo = make_float2(0.0f, 0.0f), hi = lo;
-#pragma unroll
-        for (int sl = 0; sl < kSlices; ++sl) {
-          const float* rs = red + sl * C::kHeads * kRedPitch;
-          const float2 x = *reinterpret_cast<const float2*>(rs + r * kRedPitch + c);
-          const float2 y = *reinterpret_cast<const float2*>(rs + (r + 8) * kRedPitch + c);
-          lo.x += x.x;
-          lo.y += x.y;
-          hi.x += y.x;
-          hi.y += y.y;
-        }
-        const bool v0 = vt[c] != 0, v1 = vt[c + 1] != 0;
-        s[mi][nt][0] = v0 ? lo.x * a.scale_log2 : -INFINITY;
-        s[mi][nt][1] = v1 ? lo.y * a.scale_log2 : -INFINITY;
-        s[mi][nt][2] = v0 ? hi.x * a.scale_log2 : -INFINITY;
-        s[mi][nt][3] = v1 ? hi.y * a.scale_log2 : -INFINITY;
+        for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
       }
     }
-
-    // Online softmax per head row (a row's 32 keys live in the 4 lanes of a quad).
+    const uint8_t* vk = c.base + kValidKOff + stage * kKeys;
+    bool valid[4][2];
 #pragma unroll
-    for (int mi = 0; mi < MW; ++mi) {
+    for (int j = 0; j < 4; ++j) {
+      valid[j][0] = vk[j * 8 + 2 * (lane & 3)] != 0;
+      valid[j][1] = vk[j * 8 + 2 * (lane & 3) + 1] != 0;
+    }
+    ptx::mbar_arrive(c.k_empty(stage));
+    if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
+    if (active) {
+      uint16_t* ph = reinterpret_cast<uint16_t*>(c.base + kPOff + b * kPBytes);
+      uint16_t* pl = ph + kGroupHeads * kPPitch;
+      float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
+        float x[4][2];
         float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[mi][nt][2 * half], s[mi][nt][2 * half + 1]));
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            x[j][e] = valid[j][e] ? s[j][2 * half + e] * a.scale_log2 : -INFINITY;
+            mx = fmaxf(mx, x[j][e]);
+          }
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mi][half], mx);
+        const float m_new = fmaxf(m_run[half], mx);
         const bool none = m_new == -INFINITY;
-        const float corr = none ? 1.0f : exp2f(m_run[mi][half] - m_new);
-        m_run[mi][half] = m_new;
+        const float corr = none ? 1.0f : exp2f(m_run[half] - m_new);
+        m_run[half] = m_new;
         float sum = 0.0f;
+        const int r = row + 8 * half;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = none ? 0.0f : exp2f(s[mi][nt][2 * half + e] - m_new);
-            s[mi][nt][2 * half + e] = p;
-            sum += p;
-          }
+        for (int j = 0; j < 4; ++j) {
+          const float p0 = none ? 0.0f : exp2f(x[j][0] - m_new);
+          const float p1 = none ? 0.0f : exp2f(x[j][1] - m_new);
+          sum += p0 + p1;
+          const uint32_t h = pack_bf16(p0, p1);
+          const float2 hf = unpack_bf16(h);
+          const int col = j * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t*>(ph + r * kPPitch + col) = h;
+          *reinterpret_cast<uint32_t*>(pl + r * kPPitch + col) = pack_bf16(p0 - hf.x, p1 - hf.y);
         }
-        l_run[mi][half] = l_run[mi][half] * corr + sum;
+        l_run[half] = l_run[half] * corr + sum;
+        if ((lane & 3) == 0) corr_s[r] = corr;
+      }
+    }
+    ptx::mbar_arrive(c.p_full(b));
+    if (i < 2 || i == c.n - 1) milestone(a, "qk wrote P", i);
+  }
+  float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
 #pragma unroll
-        for (int nt = 0; nt < kDimTiles; ++nt) {
-          o[mi][nt][2 * half] *= corr;
-          o[mi][nt][2 * half + 1] *= corr;
+  for (int half = 0; half < 2; ++half) {
+    float l = l_run[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if ((lane & 3) == 0) ml[row + 8 * half] = make_float2(m_run[half], l);
+  }
+  ptx::named_barrier(2, 384);  // the PV warps read (max, sum) next
+}
+
+// ---- PV: warp v of warpgroups 2-3 owns heads 32 * (v % 2) + [0, 32) and dims 128 * (v / 2) ----
+
+__device__ void pv_and_store(const Args& a, const Cta& c, int v, int lane) {
+  const int row0 = 32 * (v & 1);
+  const int d0 = 128 * (v >> 1);
+  // m-tiles past the group's heads: skipped (warp-uniform).
+  const bool skip = (a.ablate & kAblatePv) != 0;
+  const bool act0 = row0 < c.heads && !skip, act1 = row0 + 16 < c.heads && !skip;
+  float o[2][16][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][nt][e] = 0.0f;
+    }
+  }
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % kKStages;
+    const int b = i % kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
+    if (i < 2 || i == c.n - 1) milestone(a, "pv got P", i);
+    const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
+    const uint32_t p_hi = c.sbase + kPOff + b * kPBytes;
+    const uint32_t p_lo = p_hi + kGroupHeads * kPPitch * 2;
+    const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      if (!(mi == 0 ? act0 : act1)) continue;
+      const int r = row0 + 16 * mi + (lane >> 2);
+      const float c0 = corr_s[r], c1 = corr_s[r + 8];
+      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+          o[mi][nt][0] *= c0;
+          o[mi][nt][1] *= c0;
+          o[mi][nt][2] *= c1;
+          o[mi][nt][3] *= c1;
         }
       }
     }
-
-    // O[:, slice] += P V[tile, slice], 16 keys at a time. P enters as A fragments (the
-    // accumulator layout of two n-tiles is one k16 A tile), split into bf16 hi + lo.
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
-      uint32_t ph[MW][4], pl[MW][4];
+      uint32_t ph[2][4], pl[2][4];
 #pragma unroll
-      for (int mi = 0; mi < MW; ++mi) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int nt = 2 * kk + (r >> 1);
-          const int half = r & 1;
-          const float x = s[mi][nt][2 * half], y = s[mi][nt][2 * half + 1];
-          ph[mi][r] = pack_bf16(x, y);
-          const float2 h = unpack_bf16(ph[mi][r]);
-          pl[mi][r] = pack_bf16(x - h.x, y - h.y);
-        }
+      for (int mi = 0; mi < 2; ++mi) {
+        if (!(mi == 0 ? act0 : act1)) continue;
+        const uint32_t off =
+            ((row0 + 16 * mi + (lane & 15)) * kPPitch + kk * 16 + (lane >> 4) * 8) * 2;
+        ptx::ldmatrix_x4(ph[mi], p_hi + off);
+        ptx::ldmatrix_x4(pl[mi], p_lo + off);
       }
 #pragma unroll
-      for (int np = 0; np < kDimTiles / 2; ++np) {
+      for (int np = 0; np < 8; ++np) {
         uint32_t vb[4];
-        ptx::ldmatrix_x4_trans(
-            vb, ptx::smem_addr(kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kPitch + d0 +
-                               np * 16 + (lane >> 4) * 8));
+        ptx::ldmatrix_x4_trans(vb, k_base + sw128(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                  d0 + np * 16 + (lane >> 4) * 8, kKeys));
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi) {
+        for (int mi = 0; mi < 2; ++mi) {
+          if (!(mi == 0 ? act0 : act1)) continue;
           ptx::mma_bf16_16816(o[mi][2 * np], ph[mi], vb[0], vb[1]);
           ptx::mma_bf16_16816(o[mi][2 * np], pl[mi], vb[0], vb[1]);
           ptx::mma_bf16_16816(o[mi][2 * np + 1], ph[mi], vb[2], vb[3]);
@@ -424,20 +484,24 @@ __global__ void __launch_bounds__(Config<MT>::kThreads, 1)
         }
       }
     }
+    ptx::mbar_arrive(c.p_empty(b));
+    ptx::mbar_arrive(c.k_empty(stage));
+    if (i < 2 || i == c.n - 1) milestone(a, "pv done", i);
   }
+  ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
+  const float2* ml = reinterpret_cast<const float2*>(c.base + kMlOff);
 
-  // Epilogue: the finished rows, or this slice's unnormalised (O, max, sum) for the merge.
+  // The finished rows, or this slice's unnormalised (O, max, sum) for the merge.
 #pragma unroll
-  for (int mi = 0; mi < MW; ++mi) {
+  for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float l = l_run[mi][half];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const int head = h0 + row0 + mi * 16 + (lane >> 2) + half * 8;
-      if (head >= a.num_heads) continue;
-      const float m = m_run[mi][half];
-      const int64_t row = t * a.num_heads + head;
+      const int r = row0 + 16 * mi + (lane >> 2) + 8 * half;
+      if (r >= c.heads) continue;
+      const int head = c.h0 + r;
+      const float2 st = ml[r];
+      const float m = st.x, l = st.y;
+      const int64_t row = c.t * a.num_heads + head;
       if (a.splits == 1) {
         float lse = INFINITY, factor = 0.0f;  // no valid key: out 0, lse +inf
         if (m != -INFINITY) {
@@ -447,23 +511,106 @@ __global__ void __launch_bounds__(Config<MT>::kThreads, 1)
         }
         uint16_t* y = a.out + row * kHeadDim + d0 + 2 * (lane & 3);
 #pragma unroll
-        for (int nt = 0; nt < kDimTiles; ++nt) {
+        for (int nt = 0; nt < 16; ++nt) {
           *reinterpret_cast<uint32_t*>(y + nt * 8) =
               pack_bf16(o[mi][nt][2 * half] * factor, o[mi][nt][2 * half + 1] * factor);
         }
-        if (ds == 0 && (lane & 3) == 0) a.lse[row] = lse;
+        if (d0 == 0 && (lane & 3) == 0) a.lse[row] = lse;
       } else {
-        const int64_t prow = split * a.num_tokens * a.num_heads + row;
+        const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
         float* y = a.partial_o + prow * kHeadDim + d0 + 2 * (lane & 3);
 #pragma unroll
-        for (int nt = 0; nt < kDimTiles; ++nt) {
+        for (int nt = 0; nt < 16; ++nt) {
           *reinterpret_cast<float2*>(y + nt * 8) =
               make_float2(o[mi][nt][2 * half], o[mi][nt][2 * half + 1]);
         }
-        if (ds == 0 && (lane & 3) == 0) a.partial_ml[prow] = make_float2(m, l);
+        if (d0 == 0 && (lane & 3) == 0) a.partial_ml[prow] = make_float2(m, l);
       }
     }
   }
+  milestone(a, "pv stored", 0);
+}
+
+__device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int32_t width) {
+  return min(max(lens[t], 0), width);
+}
+
+template <bool kWgmma>
+__global__ void __launch_bounds__(kThreads, 1)
+    ds_mla_attention_kernel(const __grid_constant__ Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  Cta c;
+  {
+    const uint32_t raw_addr = ptx::smem_addr(smem_raw);
+    const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    c.base = smem_raw + pad;
+    c.sbase = raw_addr + pad;
+  }
+  const int tid = threadIdx.x;
+  c.split = static_cast<int>(blockIdx.x % a.splits);
+  const int64_t tg = blockIdx.x / a.splits;
+  c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
+  c.t = tg / a.groups;
+  c.heads = min(kGroupHeads, a.num_heads - c.h0);
+  // Device lens are data: clamped to the row widths.
+  c.len0 = clamp_len(a.seg0.lens, c.t, a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? clamp_len(a.seg1.lens, c.t, a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+  const int32_t all_tiles = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
+  const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
+  c.tile0 = c.split * per_split;
+  c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
+
+  milestone(a, "start", 0);
+  // Q rows of the group, swizzled; heads past the group are zero rows. Eight 16-byte loads per
+  // thread, all in flight before the first store.
+  constexpr int kQLoads = kGroupHeads * (kHeadDim / 8) / kThreads;
+  uint4 qv[kQLoads];
+#pragma unroll
+  for (int r = 0; r < kQLoads; ++r) {
+    const int i = tid + r * kThreads;
+    const int h = i / (kHeadDim / 8);
+    const int col = (i % (kHeadDim / 8)) * 8;
+    qv[r] =
+        h < c.heads
+            ? *reinterpret_cast<const uint4*>(a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
+            : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < kQLoads; ++r) {
+    const int i = tid + r * kThreads;
+    *reinterpret_cast<uint4*>(
+        c.base + kQOff + sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) = qv[r];
+  }
+  ptx::fence_proxy_async();
+  if (tid == 0) {
+    for (int s = 0; s < kKStages; ++s) {
+      ptx::mbar_init(c.k_full(s), 128);
+      ptx::mbar_init(c.k_empty(s), 384);
+    }
+    for (int b = 0; b < kPBufs; ++b) {
+      ptx::mbar_init(c.p_full(b), 128);
+      ptx::mbar_init(c.p_empty(b), 256);
+    }
+  }
+  __syncthreads();
+  milestone(a, "prologue", 0);
+
+  const int wg = tid >> 7;
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<64>();
+    producer(a, c, tid);
+  } else if (wg == 1) {
+    ptx::setmaxnreg_dec<80>();
+    qk_softmax<kWgmma>(a, c, (tid >> 5) & 3, tid & 31);
+  } else {
+    ptx::setmaxnreg_inc<184>();
+    pv_and_store(a, c, (tid >> 5) - 8, tid & 31);
+  }
+#else
+  (void)a;  // sm_90a only (wgmma, setmaxnreg): other targets never launch it
+#endif
 }
 
 // Merges the splits of one (token, head) per warp: weights 2^(m_s - M), then the same finish as
@@ -529,38 +676,61 @@ Segment segment(const ConstIndexView& v, const ConstKvCacheView& c) {
 
 constexpr int64_t kPartialRowBytes = kHeadDim * sizeof(float) + sizeof(float2);
 
-int group_heads_for(int num_heads) { return num_heads <= 16 ? 16 : (num_heads <= 32 ? 32 : 64); }
+// QK with wgmma for groups of more than 32 heads (it always computes 64 rows); m16n8k16 MMAs
+// skip the empty 16-head tiles of smaller groups. SPARSE_SWA_ATTENTION_QK=mma|wgmma forces one
+// (benchmarks and tests compare both).
+bool use_wgmma_qk(int num_heads) {
+  static const int forced = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_QK");
+    if (v == nullptr) return -1;
+    return std::strcmp(v, "wgmma") == 0 ? 1 : (std::strcmp(v, "mma") == 0 ? 0 : -1);
+  }();
+  return forced >= 0 ? forced == 1 : num_heads > 32;
+}
 
-template <int MT>
+template <bool kWgmma>
 Status launch_kernel(const Args& a, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(ds_mla_attention_kernel<MT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(Config<MT>::kSmem));
+    attr_err =
+        cudaFuncSetAttribute(ds_mla_attention_kernel<kWgmma>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   });
   if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", Config<MT>::kSmem,
+    return internal_error("sparse_attention: cannot reserve ", kSmem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
   const int64_t blocks = a.num_tokens * a.groups * a.splits;
-  ds_mla_attention_kernel<MT>
-      <<<static_cast<unsigned>(blocks), Config<MT>::kThreads, Config<MT>::kSmem, stream>>>(a);
+  ds_mla_attention_kernel<kWgmma><<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(a);
   return Status::Ok();
 }
 
 }  // namespace
 
+// The kernel exists as sm_90a machine code only; on other devices the general kernel runs.
+static bool kernel_loaded_for_device() {
+  static const bool loaded = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, ds_mla_attention_kernel<true>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90;
+  }();
+  return loaded;
+}
+
 bool ds_mla_attention_applies(const SparseAttentionParams& p) {
   if (p.swa_cache.dtype != CacheDtype::kFp8DsMla) return false;
+  if (!kernel_loaded_for_device()) return false;
   return p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla;
 }
 
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes) {
   DsMlaPlan plan;
-  plan.group_heads = group_heads_for(p.num_heads);
+  plan.group_heads = kGroupHeads;
   plan.groups = (p.num_heads + plan.group_heads - 1) / plan.group_heads;
   const int64_t ctas = p.num_tokens * plan.groups;
   const int64_t max_keys =
@@ -602,6 +772,11 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
   a.groups = plan.groups;
   a.splits = plan.splits;
   a.num_segments = p.extra_indices.rows != 0 ? 2 : 1;
+  static const int ablate = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_ABLATE");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  a.ablate = ablate;
   a.seg0 = segment(p.swa_indices, p.swa_cache);
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
   if (plan.splits > 1) {
@@ -616,9 +791,8 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
                             p.num_heads, " heads, got ", p.num_tokens);
   }
-  SPARSE_SWA_RETURN_IF_ERROR(plan.group_heads == 16   ? launch_kernel<1>(a, stream)
-                             : plan.group_heads == 32 ? launch_kernel<2>(a, stream)
-                                                      : launch_kernel<4>(a, stream));
+  SPARSE_SWA_RETURN_IF_ERROR(use_wgmma_qk(p.num_heads) ? launch_kernel<true>(a, stream)
+                                                       : launch_kernel<false>(a, stream));
   if (plan.splits > 1) {
     const int64_t rows = p.num_tokens * p.num_heads;
     ds_mla_merge_kernel<<<static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps),

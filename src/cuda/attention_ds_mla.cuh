@@ -11,7 +11,7 @@
 namespace sparse_swa::detail {
 
 // How one call is spread over CTAs. A CTA takes one query token, up to 64 of its heads
-// (`group_heads`, 16, 32 or 64) and one of `splits` contiguous slices of the token's key list.
+// (`group_heads`) and one of `splits` contiguous slices of the token's key list.
 struct DsMlaPlan {
   int32_t group_heads = 0;
   int32_t groups = 0;  // ceil(H / group_heads) CTAs per token and split
@@ -19,7 +19,8 @@ struct DsMlaPlan {
   int64_t workspace_bytes = 0;
 };
 
-// True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache.
+// True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache, and the
+// device runs its sm_90a machine code (elsewhere the general kernel of attention.cu runs).
 bool ds_mla_attention_applies(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from
