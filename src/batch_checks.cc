@@ -179,7 +179,8 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
     return invalid_argument("batch.block_table: null data for ", num_reqs, " requests");
   }
   // Positions the table covers; compared without a division per request (hot path).
-  const int64_t covered = bt.cols * int64_t{config.block_size};
+  // Columns past int32 cover every seq_len; capped so that the product cannot overflow.
+  const int64_t covered = std::min<int64_t>(bt.cols, INT32_MAX) * config.block_size;
   const RequestScan scan =
       scan_requests(qsl.data(), seq.data(), static_cast<int32_t>(num_reqs),
                     static_cast<int32_t>(std::min<int64_t>(covered, INT32_MAX)));
