@@ -280,6 +280,23 @@ const std::map<std::string, ApiCase>& api_cases() {
          p.num_heads = 129;
          return sparse_attention(p, Backend::kCpu);
        }},
+      {"api_attention_index_below_minus_one",
+       [] {
+         HostPages pages(64, 1, CacheDtype::kFp8DsMla);
+         const std::vector<uint16_t> q(kHeadDim, 0);
+         std::vector<int32_t> rows = {3, -1, -5, 7}, lens = {4};
+         std::vector<uint16_t> out(kHeadDim);
+         std::vector<float> lse(1);
+         SparseAttentionParams p;
+         p.num_tokens = 1;
+         p.num_heads = 1;
+         p.q = q.data();
+         p.swa_cache = pages.view;
+         p.swa_indices = {rows.data(), lens.data(), 1, 4, 4, 4, MemorySpace::kHost};
+         p.out = out.data();
+         p.lse = lse.data();
+         return sparse_attention(p, Backend::kCpu);
+       }},
       {"api_read_missing_file", [] { return read_batch_file("/nonexistent/batch.json").status(); }},
       {"api_read_directory", [] { return read_batch_file("/").status(); }},
   };
