@@ -137,6 +137,17 @@ Status check_seq_lens(std::span<const int32_t> qsl, std::span<const int32_t> seq
   return Status::Ok();
 }
 
+// A host copy (same size as its array, checked) must hold the array's values.
+Status check_host_copy(std::span<const int32_t> copy, std::span<const int32_t> array,
+                       std::string_view name) {
+  const auto [c, a] = std::mismatch(copy.begin(), copy.end(), array.begin());
+  if (c == copy.end()) return Status::Ok();
+  const size_t i = static_cast<size_t>(c - copy.begin());
+  return invalid_argument(name, "_host[", i, "]: expected ", name, "[", i, "] = ", *a,
+                          " (the CPU backend reads both; a host copy must equal its array), got ",
+                          *c);
+}
+
 }  // namespace
 
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
@@ -217,25 +228,15 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
                            : split_decodes_and_prefills(qsl, tokens, derived.decode_threshold);
   }
   if (!arrays_on_host) return Status::Ok();
-  // CPU backend: the arrays themselves are host memory and are what the rows are built from.
+  // CPU backend: the arrays themselves are host memory and are what the rows are built from,
+  // while the split and the chunk plan come from the host copies: a copy must equal its array
+  // (which the checks above then cover as well).
   if (has_host_copies) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(b.query_start_loc, "batch.query_start_loc"));
-    if (b.query_start_loc[num_reqs] != qsl[num_reqs]) {
-      return invalid_argument("batch.query_start_loc[", num_reqs,
-                              "]: expected the host copy's total ", qsl[num_reqs], ", got ",
-                              b.query_start_loc[num_reqs]);
-    }
+    SPARSE_SWA_RETURN_IF_ERROR(
+        check_host_copy(b.query_start_loc_host, b.query_start_loc, "batch.query_start_loc"));
   }
-  if (!b.seq_lens_host.empty() || has_host_copies) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(b.query_start_loc, b.seq_lens, "batch.seq_lens"));
-    for (int64_t r = 0; r < num_reqs; ++r) {
-      if (b.seq_lens[r] <= covered) continue;
-      const int64_t needed = formulas::ceil_div(b.seq_lens[r], config.block_size);
-      {
-        return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
-                                "] / block_size) = ", needed, " entries, got ", bt.cols);
-      }
-    }
+  if (!b.seq_lens_host.empty()) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_host_copy(b.seq_lens_host, b.seq_lens, "batch.seq_lens"));
   }
   const int32_t num_real = b.query_start_loc[num_reqs];
   for (int64_t t = 0; t < num_tokens; ++t) {

@@ -34,7 +34,8 @@ std::span<const int32_t> host_seq_lens(const BatchInput& b);
 
 // Checks everything visible through host memory: sizes, query_start_loc, seq_lens >= query
 // lengths, block-table shape and coverage, the causal flag, and (for the CPU backend, where
-// `arrays_on_host`) the same rules on the arrays themselves plus slot_mapping values. With
+// `arrays_on_host`) that the host copies given equal their arrays, element by element, plus
+// slot_mapping values. With
 // `split`, also fills the step's split (split_decodes_and_prefills of the host copies), from the
 // same pass over the requests.
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived,

@@ -108,11 +108,41 @@ TEST_F(BuildErrors, QueryStartLocEmpty) {
 }
 
 TEST_F(BuildErrors, QueryStartLocDisagreesWithItsHostCopy) {
-  TestBatch bad = good_;
-  const std::vector<int32_t> host_qsl = {0, 1, 3, 6};  // total 6, the device array says 7
-  BatchInput in = bad.input();
+  // The CPU backend reads both: the split from the copy, the rows from the array. A copy with
+  // the array's total but other spans must not pass.
+  const std::vector<int32_t> host_qsl = {0, 2, 3, 7};
+  BatchInput in = good_.input();
   in.query_start_loc_host = host_qsl;
-  expect_rejected(in, {"batch.query_start_loc[3]", "expected the host copy's total 6", "got 7"});
+  expect_rejected(
+      in, {"batch.query_start_loc_host[1]", "expected batch.query_start_loc[1] = 1", "got 2"});
+}
+
+TEST_F(BuildErrors, QueryStartLocDisagreesWithItsHostCopyOnTheTotal) {
+  const std::vector<int32_t> host_qsl = {0, 1, 3, 6};
+  BatchInput in = good_.input();
+  in.query_start_loc_host = host_qsl;
+  expect_rejected(
+      in, {"batch.query_start_loc_host[3]", "expected batch.query_start_loc[3] = 7", "got 6"});
+}
+
+TEST_F(BuildErrors, SeqLensDisagreesWithItsHostCopy) {
+  const std::vector<int32_t> host_seq = {11, 6, 12};  // valid on its own
+  BatchInput in = good_.input();
+  in.seq_lens_host = host_seq;
+  expect_rejected(in, {"batch.seq_lens_host[2]", "expected batch.seq_lens[2] = 10", "got 12"});
+}
+
+TEST(BuildHostCopies, EqualHostCopiesGiveTheSameMetadata) {
+  const TestBatch b = good_batch();
+  const std::vector<int32_t> host_qsl = b.query_start_loc, host_seq = b.seq_lens;
+  BatchInput in = b.input();
+  in.query_start_loc_host = host_qsl;
+  in.seq_lens_host = host_seq;
+  auto with = cpu_builder(error_config()), without = cpu_builder(error_config());
+  SwaMetadata a, c;
+  SPARSE_SWA_ASSERT_OK(with->build(in, &a));
+  SPARSE_SWA_ASSERT_OK(without->build(b.input(), &c));
+  EXPECT_EQ(first_difference(snapshot(a), snapshot(c)), "");
 }
 
 // ---------------------------------------------------------------- seq_lens / requests

@@ -155,11 +155,11 @@ const std::map<std::string, ApiCase>& api_cases() {
          b.query_start_loc_host = b.query_start_loc.first(3);
          return s.builder->build(b, &s.md);
        }},
-      {"api_batch_host_copy_total",
+      {"api_batch_host_copy_value",
        [] {
          BaseStep s;
          BatchInput b = s.batch;
-         static const int32_t kHost[] = {0, 1, 3, 6};
+         static const int32_t kHost[] = {0, 2, 3, 7};
          b.query_start_loc_host = kHost;
          return s.builder->build(b, &s.md);
        }},

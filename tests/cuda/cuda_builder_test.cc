@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_metadata_builder.h"
@@ -14,6 +15,7 @@
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
 #include "support/random_batch.h"
+#include "support/status_matchers.h"
 #include "support/test_batch.h"
 
 namespace sparse_swa {
@@ -286,14 +288,24 @@ TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
   DeviceBatch dev(b);
   BatchInput in = dev.input();
   in.query_start_loc_host = stale_host_qsl;
-  BatchInput host_in = b.input();
-  host_in.query_start_loc_host = stale_host_qsl;
   SwaMetadata md_gpu, md_cpu;
   ASSERT_TRUE(gpu->build(in, &md_gpu).ok());
-  ASSERT_TRUE(cpu->build(host_in, &md_cpu).ok());
-  const MetadataSnapshot a = testing::snapshot(md_cpu), g = device_snapshot(md_gpu);
+  // The CPU backend reads both arrays and refuses a copy that differs from its array; built from
+  // the array alone it gives the device split's rows. Only max_decode_query_len comes from the
+  // host split (min(4, theta 7) on CUDA, min(7, 7) from the array).
+  BatchInput host_in = b.input();
+  host_in.query_start_loc_host = stale_host_qsl;
+  EXPECT_TRUE(testing::IsInvalidArgument(cpu->build(host_in, &md_cpu),
+                                         {"batch.query_start_loc_host[1]", "got 4"}));
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  MetadataSnapshot a = testing::snapshot(md_cpu);
+  const MetadataSnapshot g = device_snapshot(md_gpu);
+  EXPECT_EQ(a.max_decode_query_len, 7);
+  EXPECT_EQ(g.max_decode_query_len, 4);
+  a.max_decode_query_len = g.max_decode_query_len;
   EXPECT_EQ(first_difference(a, g), "");
   EXPECT_EQ(g.token_to_req, (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3}));
+  EXPECT_TRUE(gpu->take_device_error().ok());
 }
 
 TEST(CudaBuilder, DeviceInputsThatContradictTheHostCopiesAreReportedNotFaulted) {

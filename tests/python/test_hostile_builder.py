@@ -6,8 +6,33 @@ import numpy as np
 import pytest
 
 import sparse_swa
+from conftest import batch_arrays, load_case
 
 BLOCK = 64
+
+
+@pytest.fixture
+def mixed():
+    case = load_case("mixed_mtp")
+    return sparse_swa.MetadataBuilder(case["config"]), batch_arrays(case["batch"])
+
+
+def test_host_copies_that_disagree_with_the_arrays_are_rejected(mixed):
+    b, (qsl, seq, bt, slots) = mixed
+    with pytest.raises(ValueError, match=(r"batch\.query_start_loc_host\[1\]: expected "
+                                          r"batch\.query_start_loc\[1\] = 1 .*got 2")):
+        b.build(qsl, seq, bt, slots, query_start_loc_cpu=np.array([0, 2, 3, 7], np.int32),
+                seq_lens_cpu=seq.copy())
+    with pytest.raises(ValueError, match=(r"batch\.seq_lens_host\[2\]: expected "
+                                          r"batch\.seq_lens\[2\] = 10 .*got 12")):
+        b.build(qsl, seq, bt, slots, seq_lens_cpu=np.array([11, 6, 12], np.int32))
+    # Equal copies change nothing.
+    with_copies = b.build(qsl, seq, bt, slots, query_start_loc_cpu=qsl.copy(),
+                          seq_lens_cpu=seq.copy())
+    rows = with_copies.prefill_swa_indices.copy(), with_copies.prefill_query_lens_cpu.copy()
+    plain = b.build(qsl, seq, bt, slots)
+    assert np.array_equal(plain.prefill_swa_indices, rows[0])
+    assert np.array_equal(plain.prefill_query_lens_cpu, rows[1])
 
 
 def test_sparse_attention_rejects_indices_below_minus_one():
