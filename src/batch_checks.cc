@@ -373,4 +373,64 @@ Status check_draft_update_target(const SwaMetadata* md,
   return Status::Ok();
 }
 
+void OwnedBuffers::add(const void* data, size_t bytes, const char* name) {
+  if (data == nullptr || bytes == 0) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  ranges_.push_back({begin, begin + bytes, name});
+}
+
+void OwnedBuffers::seal() {
+  std::sort(ranges_.begin(), ranges_.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+}
+
+const char* OwnedBuffers::overlapping(const void* data, size_t bytes) const {
+  if (data == nullptr || bytes == 0) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = bytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + bytes;
+  // The first range ending past `begin` is the only one that can start before `end`.
+  const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), begin,
+                                   [](uintptr_t at, const Range& r) { return at < r.end; });
+  return it != ranges_.end() && it->begin < end ? it->name : nullptr;
+}
+
+namespace {
+
+// Bytes from block_table.data to the end of row num_reqs - 1 (what the builder reads), saturated.
+size_t block_table_extent(const MatrixView<const int32_t>& bt, int64_t num_reqs) {
+  const int64_t rows = std::min(bt.rows, num_reqs);
+  if (rows <= 0 || bt.cols <= 0) return 0;
+  constexpr uint64_t kLimit = SIZE_MAX / sizeof(int32_t);
+  const uint64_t cols = static_cast<uint64_t>(bt.cols);
+  const uint64_t stride = static_cast<uint64_t>(std::max(bt.stride, bt.cols));
+  const uint64_t rest = static_cast<uint64_t>(rows - 1);
+  if (cols > kLimit || (rest != 0 && stride > (kLimit - cols) / rest)) return SIZE_MAX;
+  return (rest * stride + cols) * sizeof(int32_t);
+}
+
+}  // namespace
+
+Status check_batch_outside(const BatchInput& b, const OwnedBuffers& owned) {
+  auto outside = [&](const char* field, const void* data, size_t bytes) {
+    const char* name = owned.overlapping(data, bytes);
+    if (name == nullptr) return Status::Ok();
+    return invalid_argument(field,
+                            ": expected memory outside the builder's own buffers, got an array "
+                            "overlapping its ",
+                            name, " (an output of a build; pass a copy)");
+  };
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.query_start_loc", b.query_start_loc.data(), b.query_start_loc.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.seq_lens", b.seq_lens.data(), b.seq_lens.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.block_table", b.block_table.data,
+                                     block_table_extent(b.block_table, b.seq_lens.size())));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.slot_mapping", b.slot_mapping.data(), b.slot_mapping.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.query_start_loc_host", b.query_start_loc_host.data(),
+                                     b.query_start_loc_host.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.seq_lens_host", b.seq_lens_host.data(), b.seq_lens_host.size_bytes()));
+  return outside("batch.image_spans", b.image_spans.data(), b.image_spans.size_bytes());
+}
+
 }  // namespace sparse_swa::detail

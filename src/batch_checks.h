@@ -1,9 +1,11 @@
 // Host-side batch checks and the decode/prefill split, shared by the CPU and CUDA backends.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "sparse_swa/batch.h"
 #include "sparse_swa/config.h"
@@ -71,5 +73,29 @@ void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int
 Status check_draft_update_target(const SwaMetadata* md,
                                  std::initializer_list<const int32_t*> own_rows, MemorySpace space,
                                  const BatchInput& batch);
+
+// The buffers a builder writes that the caller can see (the metadata's views), sorted by
+// address, so that a batch array overlapping one of them (an output of an earlier build passed
+// back as an input) is rejected instead of being overwritten while the builder still reads it.
+class OwnedBuffers {
+ public:
+  // Call for every buffer (empty ones are skipped), then seal() once.
+  void add(const void* data, size_t bytes, const char* name);
+  void seal();
+  // The name of the buffer [data, data + bytes) overlaps, or nullptr.
+  const char* overlapping(const void* data, size_t bytes) const;
+
+ private:
+  struct Range {
+    uintptr_t begin;
+    uintptr_t end;
+    const char* name;
+  };
+  std::vector<Range> ranges_;  // disjoint, sorted by begin (and so by end)
+};
+
+// Every array of `batch` (the block table as far as its first num_reqs rows reach) must lie
+// outside `owned`.
+Status check_batch_outside(const BatchInput& batch, const OwnedBuffers& owned);
 
 }  // namespace sparse_swa::detail

@@ -366,6 +366,52 @@ TEST_F(BuildErrors, ChunkPlanChunkSizeBelowOne) {
   }
 }
 
+// ---------------------------------------------------------------- inputs overlapping outputs
+
+// A build's output passed back as the next step's input: the builder would overwrite what it
+// still reads (the decode lens are written while seq_lens are read).
+TEST_F(BuildErrors, SeqLensOverlappingTheDecodeLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.decode_swa.lens, 3};
+  expect_rejected(in, {"batch.seq_lens: expected memory outside the builder's own buffers",
+                       "overlapping its decode_swa.lens", "pass a copy"});
+}
+
+TEST_F(BuildErrors, SeqLensOverlappingThePrefillLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.prefill_swa.lens + 1, 3};  // overlapping, not starting at the buffer
+  expect_rejected(in, {"batch.seq_lens", "overlapping its prefill_swa.lens"});
+}
+
+TEST_F(BuildErrors, EveryBatchArrayIsCheckedForOverlap) {
+  const BatchInput good = good_.input();
+  {
+    BatchInput in = good;
+    in.query_start_loc = {md_.token_to_req_indices.data(), 4};
+    expect_rejected(in, {"batch.query_start_loc", "overlapping its token_to_req_indices"});
+  }
+  {
+    BatchInput in = good;
+    in.block_table = {md_.prefill_gather_lens.data(), 3, 4, 4, MemorySpace::kHost};
+    expect_rejected(in, {"batch.block_table", "overlapping its prefill_gather_lens"});
+  }
+  {
+    BatchInput in = good;
+    in.slot_mapping = {reinterpret_cast<const int64_t*>(md_.decode_swa.data), 7};
+    expect_rejected(in, {"batch.slot_mapping", "overlapping its decode_swa.data"});
+  }
+  {
+    BatchInput in = good;
+    in.query_start_loc_host = {md_.prefill_query_lens_host.data(), 4};
+    expect_rejected(in, {"batch.query_start_loc_host", "overlapping its prefill_query_lens_host"});
+  }
+  {
+    BatchInput in = good;
+    in.seq_lens_host = {md_.left_visible.data(), 3};
+    expect_rejected(in, {"batch.seq_lens_host", "overlapping its left_visible"});
+  }
+}
+
 // ---------------------------------------------------------------- update_draft_decode_rows
 
 TEST_F(BuildErrors, UpdateDraftRowsWithNullMetadata) {
@@ -387,6 +433,15 @@ TEST_F(BuildErrors, UpdateDraftRowsWithADifferentShape) {
   SwaMetadata md = md_;
   EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(bigger.input(), &md),
                                 {"batch", "3 requests, 7 tokens", "got 3 requests, 8 tokens"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST_F(BuildErrors, UpdateDraftRowsWithSeqLensOverlappingTheDecodeLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.decode_swa.lens, 3};
+  SwaMetadata md = md_;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(in, &md),
+                                {"batch.seq_lens", "overlapping its decode_swa.lens"}));
   EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
 }
 

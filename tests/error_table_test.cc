@@ -163,6 +163,13 @@ const std::map<std::string, ApiCase>& api_cases() {
          b.query_start_loc_host = kHost;
          return s.builder->build(b, &s.md);
        }},
+      {"api_batch_overlap",
+       [] {
+         BaseStep s;
+         BatchInput b = s.batch;
+         b.seq_lens = {s.md.decode_swa.lens, 3};
+         return s.builder->build(b, &s.md);
+       }},
       {"api_span_request",
        [] {
          BaseStep s;

@@ -35,6 +35,22 @@ CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const Derive
   gather_lens_.assign(max_seqs, 0);
   prefill_seq_lens_.assign(max_seqs, 0);
   prefill_query_lens_.assign(max_seqs, 0);
+  auto own = [&](const auto& v, const char* name) {
+    owned_.add(v.data(), v.size() * sizeof(v[0]), name);
+  };
+  own(token_to_req_, "token_to_req_indices");
+  own(is_valid_, "is_valid_token");
+  own(decode_rows_, "decode_swa.data");
+  own(decode_rows_noncausal_, "decode_swa.data");
+  own(decode_lens_, "decode_swa.lens");
+  own(prefill_rows_, "prefill_swa.data");
+  own(prefill_lens_, "prefill_swa.lens");
+  own(left_visible_, "left_visible");
+  own(right_visible_, "right_visible");
+  own(gather_lens_, "prefill_gather_lens");
+  own(prefill_seq_lens_, "prefill_seq_lens_host");
+  own(prefill_query_lens_, "prefill_query_lens_host");
+  owned_.seal();
 }
 
 CpuMetadataBuilder::TokenWindow CpuMetadataBuilder::token_window(const BatchInput& b, int32_t t,
@@ -120,6 +136,7 @@ void CpuMetadataBuilder::write_rows(const BatchInput& b, int32_t first_token, in
 Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const BuilderConfig& c = config();
   const DerivedConfig& d = derived();
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   StepSplit split;
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true, &split));
   const int32_t num_reqs = b.num_reqs();
@@ -196,6 +213,7 @@ Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMeta
   const BuilderConfig& c = config();
   SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
       md, {decode_rows_.data(), decode_rows_noncausal_.data()}, MemorySpace::kHost, b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, derived(), b, /*arrays_on_host=*/true));
   const int32_t td = md->num_decode_tokens;
   if (td == 0) return Status::Ok();

@@ -50,6 +50,7 @@ class CpuMetadataBuilder final : public MetadataBuilder {
   std::vector<int32_t> prefill_seq_lens_;       // [max_num_seqs]
   std::vector<int32_t> prefill_query_lens_;     // [max_num_seqs]
   SpanCsr spans_;
+  OwnedBuffers owned_;  // the buffers above that the metadata exports
 };
 
 }  // namespace sparse_swa::detail

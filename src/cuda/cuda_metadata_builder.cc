@@ -109,6 +109,7 @@ class CudaMetadataBuilder final : public MetadataBuilder {
   int next_staging_ = 0;
   std::vector<int32_t> prefill_seq_lens_;    // [max_seqs] host
   std::vector<int32_t> prefill_query_lens_;  // [max_seqs] host
+  OwnedBuffers owned_;                       // the buffers above that the metadata exports
 };
 
 Status CudaMetadataBuilder::allocate() {
@@ -148,6 +149,22 @@ Status CudaMetadataBuilder::allocate() {
   }
   prefill_seq_lens_.assign(max_seqs, 0);
   prefill_query_lens_.assign(max_seqs, 0);
+  auto own = [&](const auto& a, const char* name) { owned_.add(a.get(), a.bytes(), name); };
+  own(token_to_req_, "token_to_req_indices");
+  own(is_valid_, "is_valid_token");
+  own(decode_rows_, "decode_swa.data");
+  own(decode_rows_noncausal_, "decode_swa.data");
+  own(decode_lens_, "decode_swa.lens");
+  own(prefill_rows_, "prefill_swa.data");
+  own(prefill_lens_, "prefill_swa.lens");
+  own(left_visible_, "left_visible");
+  own(right_visible_, "right_visible");
+  own(gather_lens_, "prefill_gather_lens");
+  owned_.add(prefill_seq_lens_.data(), prefill_seq_lens_.size() * sizeof(int32_t),
+             "prefill_seq_lens_host");
+  owned_.add(prefill_query_lens_.data(), prefill_query_lens_.size() * sizeof(int32_t),
+             "prefill_query_lens_host");
+  owned_.seal();
   // Start from the CPU backend's initial state: empty rows, zero lens, no error.
   SPARSE_SWA_RETURN_IF_ERROR(poison(0xff));
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(
@@ -250,6 +267,7 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
           "backend needs host copies of query_start_loc and seq_lens");
     }
   }
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   StepSplit split;
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/false, &split));
   const int32_t num_tokens = b.num_tokens();
@@ -294,6 +312,7 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
 Status CudaMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
   SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
       md, {decode_rows_.get(), decode_rows_noncausal_.get()}, MemorySpace::kDevice, b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(config(), derived(), b, /*arrays_on_host=*/false));
   if (md->num_decode_tokens == 0) return Status::Ok();
   MetadataKernelParams p = base_params(b);

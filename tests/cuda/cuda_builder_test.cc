@@ -308,6 +308,50 @@ TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
   EXPECT_TRUE(gpu->take_device_error().ok());
 }
 
+// ---------------------------------------------------------------- hostile inputs
+
+BuilderConfig draft_config() {
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  c.speculative_method = SpeculativeMethod::kMtp;
+  c.num_speculative_tokens = 4;  // theta 5
+  return c;
+}
+
+// Decodes of query lengths 1, 1, 5, an invalid token and two CUDA-graph padding tokens.
+TestBatch draft_batch() {
+  TestBatch b(4);
+  b.add_identity_request(5, 1).add_identity_request(9, 1).add_identity_request(12, 5);
+  b.invalidate(4).pad_tokens(2);
+  b.min_block_table_cols = 16;
+  return b;
+}
+
+TEST(CudaBuilder, InputsOverlappingTheBuildersBuffersAreRejected) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  BatchInput in = dev.input();
+  in.seq_lens = {md.decode_swa.lens, 3};
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->build(in, &md),
+                                         {"batch.seq_lens", "overlapping its decode_swa.lens"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(in, &md),
+                                         {"batch.seq_lens", "overlapping its decode_swa.lens"}));
+  in = dev.input();
+  in.block_table.data = md.decode_swa.data;
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->build(in, &md),
+                                         {"batch.block_table", "overlapping its decode_swa.data"}));
+  EXPECT_TRUE(gpu->take_device_error().ok());
+}
+
 TEST(CudaBuilder, DeviceInputsThatContradictTheHostCopiesAreReportedNotFaulted) {
   SKIP_WITHOUT_GPU();
   BuilderConfig c;

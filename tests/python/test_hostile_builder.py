@@ -17,6 +17,30 @@ def mixed():
     return sparse_swa.MetadataBuilder(case["config"]), batch_arrays(case["batch"])
 
 
+@pytest.mark.parametrize("output, name", [("decode_swa_lens", "decode_swa.lens"),
+                                          ("prefill_swa_lens", "prefill_swa.lens")])
+def test_a_builder_output_fed_back_as_seq_lens_is_rejected(mixed, output, name):
+    b, (qsl, seq, bt, slots) = mixed
+    md0 = b.build(qsl, seq, bt, slots)
+    before = md0.decode_swa_indices.copy(), md0.decode_swa_lens.copy()
+    fed_back = getattr(md0, output)[:3]
+    with pytest.raises(ValueError, match=(
+            r"batch\.seq_lens: expected memory outside the builder's own buffers, got an array "
+            rf"overlapping its {name} \(an output of a build; pass a copy\)")):
+        b.build(qsl, fed_back, bt, slots)
+    assert np.array_equal(md0.decode_swa_indices, before[0])
+    assert np.array_equal(md0.decode_swa_lens, before[1])
+    md1 = b.build(qsl, seq, bt, slots)  # the builder still works
+    assert np.array_equal(md1.decode_swa_lens, before[1])
+
+
+def test_a_builder_output_fed_back_to_a_draft_update_is_rejected(mixed):
+    b, (qsl, seq, bt, slots) = mixed
+    md = b.build(qsl, seq, bt, slots)
+    with pytest.raises(ValueError, match=r"batch\.block_table: .*overlapping its decode_swa\.data"):
+        b.update_draft_decode_metadata(md, block_table=md.decode_swa_indices[:, 0, :4])
+
+
 def test_host_copies_that_disagree_with_the_arrays_are_rejected(mixed):
     b, (qsl, seq, bt, slots) = mixed
     with pytest.raises(ValueError, match=(r"batch\.query_start_loc_host\[1\]: expected "
