@@ -353,24 +353,43 @@ void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int
   }
 }
 
-Status check_draft_update_target(const SwaMetadata* md,
-                                 std::initializer_list<const int32_t*> own_rows, MemorySpace space,
-                                 const BatchInput& batch) {
+Status check_draft_update_target(const SwaMetadata* md, const DraftUpdateRecord& last,
+                                 MemorySpace space, const BatchInput& batch) {
   if (md == nullptr) {
     return invalid_argument("metadata: expected the last build's metadata, got null");
   }
-  const bool ours =
-      md->decode_swa.data != nullptr &&
-      std::find(own_rows.begin(), own_rows.end(), md->decode_swa.data) != own_rows.end();
-  if (!ours || md->space != space) {
+  if (last.decode_rows == nullptr || md->decode_swa.data != last.decode_rows ||
+      md->decode_swa.lens != last.decode_lens || md->space != space) {
     return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
   }
-  if (batch.num_reqs() != md->num_reqs || batch.num_tokens() != md->num_tokens) {
-    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
-                            " requests, ", md->num_tokens, " tokens), got ", batch.num_reqs(),
+  if (md->num_decode_tokens != last.num_decode_tokens ||
+      md->decode_swa.rows != last.num_decode_tokens) {
+    return invalid_argument("metadata.num_decode_tokens: expected the last build's ",
+                            last.num_decode_tokens, " (decode_swa.rows alike), got ",
+                            md->num_decode_tokens, " (decode_swa.rows ", md->decode_swa.rows, ")");
+  }
+  if (md->decode_swa.width != last.decode_width || md->decode_swa.row_stride != last.decode_width) {
+    return invalid_argument("metadata.decode_swa.width: expected the last build's ",
+                            last.decode_width, " (row_stride alike), got ", md->decode_swa.width,
+                            " (row_stride ", md->decode_swa.row_stride, ")");
+  }
+  if (batch.num_reqs() != last.num_reqs || batch.num_tokens() != last.num_tokens) {
+    return invalid_argument("batch: expected the shape of the last build (", last.num_reqs,
+                            " requests, ", last.num_tokens, " tokens), got ", batch.num_reqs(),
                             " requests, ", batch.num_tokens(), " tokens");
   }
   return Status::Ok();
+}
+
+Status check_draft_update_spans(const DraftUpdateRecord& last, const BatchInput& batch) {
+  const auto qsl = host_query_start_loc(batch);
+  const auto [now, then] = std::mismatch(qsl.begin(), qsl.end(), last.query_start_loc.begin());
+  if (now == qsl.end()) return Status::Ok();
+  const size_t i = static_cast<size_t>(now - qsl.begin());
+  return invalid_argument(
+      batch.query_start_loc_host.empty() ? "batch.query_start_loc" : "batch.query_start_loc_host",
+      "[", i, "]: expected the last build's ", *then,
+      " (a draft update keeps the build's spans), got ", *now);
 }
 
 void OwnedBuffers::add(const void* data, size_t bytes, const char* name) {

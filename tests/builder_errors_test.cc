@@ -436,6 +436,36 @@ TEST_F(BuildErrors, UpdateDraftRowsWithADifferentShape) {
   EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
 }
 
+TEST_F(BuildErrors, UpdateDraftRowsWithOtherSpans) {
+  TestBatch moved = good_;
+  moved.query_start_loc = {0, 2, 3, 7};  // the counts of the build, other spans
+  SwaMetadata md = md_;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(moved.input(), &md),
+                                {"batch.query_start_loc[1]", "expected the last build's 1",
+                                 "keeps the build's spans", "got 2"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST_F(BuildErrors, UpdateDraftRowsWithEditedMetadata) {
+  SwaMetadata md = md_;
+  md.num_decode_tokens = kMaxTokens;
+  md.decode_swa.rows = kMaxTokens;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                        {"metadata.num_decode_tokens", "expected the last build's 3", "got 32"}));
+  md = md_;
+  md.decode_swa.width = 64;
+  md.decode_swa.row_stride = 64;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                        {"metadata.decode_swa.width", "expected the last build's 8", "got 64"}));
+  md = md_;
+  md.decode_swa.lens = md_.prefill_swa.lens;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                                {"metadata.decode_swa", "this builder's last build()"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
 TEST_F(BuildErrors, UpdateDraftRowsWithSeqLensOverlappingTheDecodeLens) {
   BatchInput in = good_.input();
   in.seq_lens = {md_.decode_swa.lens, 3};
@@ -443,6 +473,55 @@ TEST_F(BuildErrors, UpdateDraftRowsWithSeqLensOverlappingTheDecodeLens) {
   EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(in, &md),
                                 {"batch.seq_lens", "overlapping its decode_swa.lens"}));
   EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST(UpdateDraftErrors, MetadataOfAnEarlierBuild) {
+  auto builder = cpu_builder(error_config());
+  const TestBatch first = good_batch();
+  TestBatch second(4);
+  second.add_request(9, 1, {4, 5, 6});  // one decode token
+  SwaMetadata old_md, md;
+  SPARSE_SWA_ASSERT_OK(builder->build(first.input(), &old_md));
+  SPARSE_SWA_ASSERT_OK(builder->build(second.input(), &md));
+  EXPECT_TRUE(
+      IsInvalidArgument(builder->update_draft_decode_rows(first.input(), &old_md),
+                        {"metadata.num_decode_tokens", "expected the last build's 1", "got 3"}));
+  EXPECT_EQ(testing::lens_of(md.decode_swa), (std::vector<int32_t>{8}));
+}
+
+// The reproducer: spans moved under the same counts made the update read past a request
+// and write before the lens buffer.
+TEST(UpdateDraftErrors, SpansMovedUnderTheSameCountsAreRejected) {
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  c.speculative_method = SpeculativeMethod::kMtp;
+  c.num_speculative_tokens = 10;
+  auto builder = cpu_builder(c);
+  std::vector<int32_t> bt(8), qsl = {0, 1, 12}, seq = {1, 11};
+  std::vector<int64_t> slots(12);
+  for (int i = 0; i < 8; ++i) bt[i] = i;
+  for (int i = 0; i < 12; ++i) slots[i] = i;
+  BatchInput in;
+  in.query_start_loc = qsl;
+  in.seq_lens = seq;
+  in.block_table = {bt.data(), 2, 4, 4, MemorySpace::kHost};
+  in.slot_mapping = slots;
+  SwaMetadata md;
+  SPARSE_SWA_ASSERT_OK(builder->build(in, &md));
+  const std::vector<int32_t> lens = testing::lens_of(md.decode_swa);
+  ASSERT_EQ(lens, (std::vector<int32_t>{1, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8}));
+
+  const std::vector<int32_t> moved_qsl = {0, 11, 12}, moved_seq = {11, 1};
+  in.query_start_loc = moved_qsl;
+  in.seq_lens = moved_seq;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder->update_draft_decode_rows(in, &md),
+                        {"batch.query_start_loc[1]: expected the last build's 1", "got 11"}));
+  EXPECT_EQ(testing::lens_of(md.decode_swa), lens);
 }
 
 TEST_F(BuildErrors, UpdateDraftRowsWithAMalformedBatch) {

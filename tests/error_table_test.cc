@@ -197,6 +197,28 @@ const std::map<std::string, ApiCase>& api_cases() {
          b.seq_lens = b.seq_lens.first(2);
          return s.builder->update_draft_decode_rows(b, &s.md);
        }},
+      {"api_update_counts",
+       [] {
+         BaseStep s;
+         SwaMetadata md = s.md;
+         md.num_decode_tokens = md.decode_swa.rows = 1;
+         return s.builder->update_draft_decode_rows(s.batch, &md);
+       }},
+      {"api_update_width",
+       [] {
+         BaseStep s;
+         SwaMetadata md = s.md;
+         md.decode_swa.width = md.decode_swa.row_stride = 64;
+         return s.builder->update_draft_decode_rows(s.batch, &md);
+       }},
+      {"api_update_spans",
+       [] {
+         BaseStep s;
+         BatchInput b = s.batch;
+         static const int32_t kMoved[] = {0, 2, 3, 7};
+         b.query_start_loc = kMoved;
+         return s.builder->update_draft_decode_rows(b, &s.md);
+       }},
       {"api_chunk_plan_ratio", [] { return prefill_chunk_plan(BaseStep().md, 3, 4).status(); }},
       {"api_chunk_plan_chunk_size",
        [] { return prefill_chunk_plan(BaseStep().md, 4, 0).status(); }},

@@ -331,6 +331,100 @@ TestBatch draft_batch() {
   return b;
 }
 
+TEST(CudaBuilder, DraftUpdateWithOtherHostSpansIsRejectedLikeOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  auto cpu = make(draft_config(), Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  const MetadataSnapshot before = device_snapshot(md_gpu);
+  TestBatch moved = b;
+  moved.query_start_loc = {0, 2, 3, 7};
+  moved.seq_lens = {5, 9, 12};
+  DeviceBatch moved_dev(moved);
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      gpu->update_draft_decode_rows(moved_dev.input(), &md_gpu),
+      {"batch.query_start_loc_host[1]: expected the last build's 1", "got 2"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      cpu->update_draft_decode_rows(moved.input(), &md_cpu),
+      {"batch.query_start_loc[1]: expected the last build's 1", "got 2"}));
+  EXPECT_EQ(first_difference(device_snapshot(md_gpu), before), "");
+  // Without host copies the update is refused before reading anything on the host.
+  BatchInput no_copies = dev.input();
+  no_copies.query_start_loc_host = {};
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(no_copies, &md_gpu),
+                                         {"the CUDA backend needs host copies"}));
+  // Metadata counts edited by the caller are refused as on the CPU.
+  SwaMetadata edited = md_gpu;
+  edited.num_decode_tokens = edited.decode_swa.rows = 16;
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(dev.input(), &edited),
+                                         {"metadata.num_decode_tokens",
+                                          "expected the last "
+                                          "build's 9"}));
+}
+
+TEST(CudaBuilder, DraftUpdateWithOtherDeviceSpansIsMaskedAndReported) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  ASSERT_TRUE(gpu->take_device_error().ok());
+  // The device query_start_loc moves request 1's span; the host copy still says the build's.
+  const int32_t moved[] = {0, 2};
+  CUDA_OK(cudaMemcpy(dev.device_qsl(), moved, sizeof(moved), cudaMemcpyHostToDevice));
+  ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md).ok());
+  const Status st = gpu->take_device_error();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("a draft update's query_start_loc with other spans"),
+            std::string::npos)
+      << st.message();
+  // Tokens 0 and 1 (requests 0 and 1, whose spans moved) are written invalid; request 2 as built.
+  const MetadataSnapshot s = device_snapshot(md);
+  EXPECT_EQ(s.decode_lens, (std::vector<int32_t>{0, 0, 8, 8, 0, 8, 8, 0, 0}));
+  EXPECT_EQ(std::vector<int32_t>(s.decode_rows.begin(), s.decode_rows.begin() + 16),
+            std::vector<int32_t>(16, -1));
+}
+
+TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  auto cpu = make(draft_config(), Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  const MetadataSnapshot built = device_snapshot(md_gpu);
+  const std::vector<int32_t> mapping(9, 1000000);
+  const std::vector<uint8_t> valid(9, 1);
+  CUDA_OK(cudaMemcpy(const_cast<int32_t*>(md_gpu.token_to_req_indices.data()), mapping.data(),
+                     9 * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(const_cast<uint8_t*>(md_gpu.is_valid_token.data()), valid.data(), 9,
+                     cudaMemcpyHostToDevice));
+  advance_decodes(&b, md_cpu.num_decodes);
+  dev.upload();
+  ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->update_draft_decode_rows(b.input(), &md_cpu).ok());
+  EXPECT_TRUE(gpu->take_device_error().ok());
+  MetadataSnapshot g = device_snapshot(md_gpu);
+  const MetadataSnapshot a = testing::snapshot(md_cpu);
+  EXPECT_EQ(a.decode_lens, (std::vector<int32_t>{6, 8, 8, 8, 0, 8, 8, 0, 0}));
+  // The written arrays stay as written; the rows are the CPU's.
+  EXPECT_EQ(g.token_to_req, mapping);
+  g.token_to_req = a.token_to_req;
+  g.is_valid = a.is_valid;
+  EXPECT_EQ(first_difference(a, g), "");
+  EXPECT_NE(first_difference(built, g), "");
+}
+
 TEST(CudaBuilder, InputsOverlappingTheBuildersBuffersAreRejected) {
   SKIP_WITHOUT_GPU();
   auto gpu = make(draft_config(), Backend::kCuda);
