@@ -137,6 +137,17 @@ Status check_seq_lens(std::span<const int32_t> qsl, std::span<const int32_t> seq
   return Status::Ok();
 }
 
+// A host copy (same size as its array, checked) must hold the array's values.
+Status check_host_copy(std::span<const int32_t> copy, std::span<const int32_t> array,
+                       std::string_view name) {
+  const auto [c, a] = std::mismatch(copy.begin(), copy.end(), array.begin());
+  if (c == copy.end()) return Status::Ok();
+  const size_t i = static_cast<size_t>(c - copy.begin());
+  return invalid_argument(name, "_host[", i, "]: expected ", name, "[", i, "] = ", *a,
+                          " (the CPU backend reads both; a host copy must equal its array), got ",
+                          *c);
+}
+
 }  // namespace
 
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
@@ -179,7 +190,8 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
     return invalid_argument("batch.block_table: null data for ", num_reqs, " requests");
   }
   // Positions the table covers; compared without a division per request (hot path).
-  const int64_t covered = bt.cols * int64_t{config.block_size};
+  // Columns past int32 cover every seq_len; capped so that the product cannot overflow.
+  const int64_t covered = std::min<int64_t>(bt.cols, INT32_MAX) * config.block_size;
   const RequestScan scan =
       scan_requests(qsl.data(), seq.data(), static_cast<int32_t>(num_reqs),
                     static_cast<int32_t>(std::min<int64_t>(covered, INT32_MAX)));
@@ -216,25 +228,15 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
                            : split_decodes_and_prefills(qsl, tokens, derived.decode_threshold);
   }
   if (!arrays_on_host) return Status::Ok();
-  // CPU backend: the arrays themselves are host memory and are what the rows are built from.
+  // CPU backend: the arrays themselves are host memory and are what the rows are built from,
+  // while the split and the chunk plan come from the host copies: a copy must equal its array
+  // (which the checks above then cover as well).
   if (has_host_copies) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_query_start_loc(b.query_start_loc, "batch.query_start_loc"));
-    if (b.query_start_loc[num_reqs] != qsl[num_reqs]) {
-      return invalid_argument("batch.query_start_loc[", num_reqs,
-                              "]: expected the host copy's total ", qsl[num_reqs], ", got ",
-                              b.query_start_loc[num_reqs]);
-    }
+    SPARSE_SWA_RETURN_IF_ERROR(
+        check_host_copy(b.query_start_loc_host, b.query_start_loc, "batch.query_start_loc"));
   }
-  if (!b.seq_lens_host.empty() || has_host_copies) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_seq_lens(b.query_start_loc, b.seq_lens, "batch.seq_lens"));
-    for (int64_t r = 0; r < num_reqs; ++r) {
-      if (b.seq_lens[r] <= covered) continue;
-      const int64_t needed = formulas::ceil_div(b.seq_lens[r], config.block_size);
-      {
-        return invalid_argument("batch.block_table[", r, "]: expected at least ceil(seq_lens[", r,
-                                "] / block_size) = ", needed, " entries, got ", bt.cols);
-      }
-    }
+  if (!b.seq_lens_host.empty()) {
+    SPARSE_SWA_RETURN_IF_ERROR(check_host_copy(b.seq_lens_host, b.seq_lens, "batch.seq_lens"));
   }
   const int32_t num_real = b.query_start_loc[num_reqs];
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -351,24 +353,103 @@ void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int
   }
 }
 
-Status check_draft_update_target(const SwaMetadata* md,
-                                 std::initializer_list<const int32_t*> own_rows, MemorySpace space,
-                                 const BatchInput& batch) {
+Status check_draft_update_target(const SwaMetadata* md, const DraftUpdateRecord& last,
+                                 MemorySpace space, const BatchInput& batch) {
   if (md == nullptr) {
     return invalid_argument("metadata: expected the last build's metadata, got null");
   }
-  const bool ours =
-      md->decode_swa.data != nullptr &&
-      std::find(own_rows.begin(), own_rows.end(), md->decode_swa.data) != own_rows.end();
-  if (!ours || md->space != space) {
+  if (last.decode_rows == nullptr || md->decode_swa.data != last.decode_rows ||
+      md->decode_swa.lens != last.decode_lens || md->space != space) {
     return invalid_argument("metadata.decode_swa: expected views from this builder's last build()");
   }
-  if (batch.num_reqs() != md->num_reqs || batch.num_tokens() != md->num_tokens) {
-    return invalid_argument("batch: expected the shape of the last build (", md->num_reqs,
-                            " requests, ", md->num_tokens, " tokens), got ", batch.num_reqs(),
+  if (md->num_decode_tokens != last.num_decode_tokens ||
+      md->decode_swa.rows != last.num_decode_tokens) {
+    return invalid_argument("metadata.num_decode_tokens: expected the last build's ",
+                            last.num_decode_tokens, " (decode_swa.rows alike), got ",
+                            md->num_decode_tokens, " (decode_swa.rows ", md->decode_swa.rows, ")");
+  }
+  if (md->decode_swa.width != last.decode_width || md->decode_swa.row_stride != last.decode_width) {
+    return invalid_argument("metadata.decode_swa.width: expected the last build's ",
+                            last.decode_width, " (row_stride alike), got ", md->decode_swa.width,
+                            " (row_stride ", md->decode_swa.row_stride, ")");
+  }
+  if (batch.num_reqs() != last.num_reqs || batch.num_tokens() != last.num_tokens) {
+    return invalid_argument("batch: expected the shape of the last build (", last.num_reqs,
+                            " requests, ", last.num_tokens, " tokens), got ", batch.num_reqs(),
                             " requests, ", batch.num_tokens(), " tokens");
   }
   return Status::Ok();
+}
+
+Status check_draft_update_spans(const DraftUpdateRecord& last, const BatchInput& batch) {
+  const auto qsl = host_query_start_loc(batch);
+  const auto [now, then] = std::mismatch(qsl.begin(), qsl.end(), last.query_start_loc.begin());
+  if (now == qsl.end()) return Status::Ok();
+  const size_t i = static_cast<size_t>(now - qsl.begin());
+  return invalid_argument(
+      batch.query_start_loc_host.empty() ? "batch.query_start_loc" : "batch.query_start_loc_host",
+      "[", i, "]: expected the last build's ", *then,
+      " (a draft update keeps the build's spans), got ", *now);
+}
+
+void OwnedBuffers::add(const void* data, size_t bytes, const char* name) {
+  if (data == nullptr || bytes == 0) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  ranges_.push_back({begin, begin + bytes, name});
+}
+
+void OwnedBuffers::seal() {
+  std::sort(ranges_.begin(), ranges_.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+}
+
+const char* OwnedBuffers::overlapping(const void* data, size_t bytes) const {
+  if (data == nullptr || bytes == 0) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = bytes > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + bytes;
+  // The first range ending past `begin` is the only one that can start before `end`.
+  const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), begin,
+                                   [](uintptr_t at, const Range& r) { return at < r.end; });
+  return it != ranges_.end() && it->begin < end ? it->name : nullptr;
+}
+
+namespace {
+
+// Bytes from block_table.data to the end of row num_reqs - 1 (what the builder reads), saturated.
+size_t block_table_extent(const MatrixView<const int32_t>& bt, int64_t num_reqs) {
+  const int64_t rows = std::min(bt.rows, num_reqs);
+  if (rows <= 0 || bt.cols <= 0) return 0;
+  constexpr uint64_t kLimit = SIZE_MAX / sizeof(int32_t);
+  const uint64_t cols = static_cast<uint64_t>(bt.cols);
+  const uint64_t stride = static_cast<uint64_t>(std::max(bt.stride, bt.cols));
+  const uint64_t rest = static_cast<uint64_t>(rows - 1);
+  if (cols > kLimit || (rest != 0 && stride > (kLimit - cols) / rest)) return SIZE_MAX;
+  return (rest * stride + cols) * sizeof(int32_t);
+}
+
+}  // namespace
+
+Status check_batch_outside(const BatchInput& b, const OwnedBuffers& owned) {
+  auto outside = [&](const char* field, const void* data, size_t bytes) {
+    const char* name = owned.overlapping(data, bytes);
+    if (name == nullptr) return Status::Ok();
+    return invalid_argument(field,
+                            ": expected memory outside the builder's own buffers, got an array "
+                            "overlapping its ",
+                            name, " (an output of a build; pass a copy)");
+  };
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.query_start_loc", b.query_start_loc.data(), b.query_start_loc.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.seq_lens", b.seq_lens.data(), b.seq_lens.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.block_table", b.block_table.data,
+                                     block_table_extent(b.block_table, b.seq_lens.size())));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.slot_mapping", b.slot_mapping.data(), b.slot_mapping.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(outside("batch.query_start_loc_host", b.query_start_loc_host.data(),
+                                     b.query_start_loc_host.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.seq_lens_host", b.seq_lens_host.data(), b.seq_lens_host.size_bytes()));
+  return outside("batch.image_spans", b.image_spans.data(), b.image_spans.size_bytes());
 }
 
 }  // namespace sparse_swa::detail

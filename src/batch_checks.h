@@ -1,9 +1,10 @@
 // Host-side batch checks and the decode/prefill split, shared by the CPU and CUDA backends.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "sparse_swa/batch.h"
 #include "sparse_swa/config.h"
@@ -34,9 +35,9 @@ std::span<const int32_t> host_seq_lens(const BatchInput& b);
 
 // Checks everything visible through host memory: sizes, query_start_loc, seq_lens >= query
 // lengths, block-table shape and coverage, the causal flag, and (for the CPU backend, where
-// `arrays_on_host`) the same rules on the arrays themselves plus slot_mapping values. With
-// `split`, also fills the step's split (split_decodes_and_prefills of the host copies), from the
-// same pass over the requests.
+// `arrays_on_host`) that the host copies given equal their arrays, element by element, plus
+// slot_mapping values. With `split`, also fills the step's split (split_decodes_and_prefills of
+// the host copies), from the same pass over the requests.
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived,
                    const BatchInput& batch, bool arrays_on_host, StepSplit* split = nullptr);
 
@@ -65,10 +66,50 @@ SwaMetadata step_metadata_scalars(const BuilderConfig& config, const DerivedConf
 void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int32_t* seq_lens,
                             int32_t* query_lens);
 
-// update_draft_decode_rows: `md` must come from this builder's last build (its decode rows at one
-// of `own_rows`, in `space`) and `batch` must have that build's shape.
-Status check_draft_update_target(const SwaMetadata* md,
-                                 std::initializer_list<const int32_t*> own_rows, MemorySpace space,
-                                 const BatchInput& batch);
+// What update_draft_decode_rows takes from the last build, kept by the builder itself: the
+// metadata and its exported arrays are the caller's to write, these copies are not.
+struct DraftUpdateRecord {
+  int32_t* decode_rows = nullptr;  // the build's decode_swa.data; null before a build
+  int32_t* decode_lens = nullptr;
+  int32_t decode_width = 0;
+  int32_t num_reqs = 0;
+  int32_t num_tokens = 0;
+  int32_t num_decodes = 0;
+  int32_t num_decode_tokens = 0;
+  // The build's (host) query_start_loc, [num_reqs + 1]; a draft update keeps the spans.
+  std::span<const int32_t> query_start_loc;
+};
+
+// update_draft_decode_rows: `md` must be the metadata of the build `last` records (views in
+// `space`, the same decode rows and counts) and `batch` must have that build's shape.
+Status check_draft_update_target(const SwaMetadata* md, const DraftUpdateRecord& last,
+                                 MemorySpace space, const BatchInput& batch);
+// After check_batch: the batch's host query_start_loc must equal the build's, element by element
+// (the update keeps the build's token mapping and validity).
+Status check_draft_update_spans(const DraftUpdateRecord& last, const BatchInput& batch);
+
+// The buffers a builder writes that the caller can see (the metadata's views), sorted by
+// address, so that a batch array overlapping one of them (an output of an earlier build passed
+// back as an input) is rejected instead of being overwritten while the builder still reads it.
+class OwnedBuffers {
+ public:
+  // Call for every buffer (empty ones are skipped), then seal() once.
+  void add(const void* data, size_t bytes, const char* name);
+  void seal();
+  // The name of the buffer [data, data + bytes) overlaps, or nullptr.
+  const char* overlapping(const void* data, size_t bytes) const;
+
+ private:
+  struct Range {
+    uintptr_t begin;
+    uintptr_t end;
+    const char* name;
+  };
+  std::vector<Range> ranges_;  // disjoint, sorted by begin (and so by end)
+};
+
+// Every array of `batch` (the block table as far as its first num_reqs rows reach) must lie
+// outside `owned`.
+Status check_batch_outside(const BatchInput& batch, const OwnedBuffers& owned);
 
 }  // namespace sparse_swa::detail

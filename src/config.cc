@@ -17,8 +17,11 @@ constexpr int64_t kDsparkAlignment = 64;
 // Bounds that keep every persistent buffer allocatable (8 GiB in all at most).
 constexpr int64_t kMaxNumSeqs = int64_t{1} << 24;
 constexpr int64_t kMaxBufferBytes = int64_t{8} << 30;
-constexpr int64_t kPerTokenArrays = 8;    // mapping, validity, lens, visibility, spans
-constexpr int64_t kPerRequestArrays = 6;  // span indptr, gather lens, host plan copies
+// Mapping, validity, lens, visibility, spans, and the draft update's copies of the mapping and
+// validity.
+constexpr int64_t kPerTokenArrays = 10;
+// Span indptr, gather lens, host plan copies, the draft update's query_start_loc copies.
+constexpr int64_t kPerRequestArrays = 8;
 }  // namespace
 
 std::vector<std::string> LayerTypeSet::sorted_names() const {

@@ -514,6 +514,30 @@ TEST_F(AttentionErrors, OutOfRangeIndexInsideTheLengthNamesTheEntry) {
                                 {"params.extra_indices[0][3]: slot 999 is outside the cache"}));
 }
 
+TEST_F(AttentionErrors, IndexBelowMinusOneInsideTheLengthNamesTheEntry) {
+  // -1 is a hole; any other negative value is an error like a slot past the cache.
+  rows_.set(0, {0, -5, 2}, 3);
+  std::fill(out_.begin(), out_.end(), 0x1234);
+  EXPECT_TRUE(IsInvalidArgument(
+      sparse_attention(p(), Backend::kCpu),
+      {"params.swa_indices[0][1]: slot -5 is below -1 (expected -1 for a hole or a slot in [0, "
+       "128))"}));
+  for (uint16_t v : out_) ASSERT_EQ(v, 0x1234);  // nothing written
+  rows_.set(0, {0, 1, 2}, 3);
+  extra_.set(1, {1, std::numeric_limits<int32_t>::min()}, 2);
+  SparseAttentionParams with_extra = p();
+  with_extra.extra_cache = cache_.view();
+  with_extra.extra_indices = extra_.view();
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra, Backend::kCpu),
+                                {"params.extra_indices[1][1]: slot -2147483648 is below -1"}));
+  std::vector<double> out(2 * 4 * kHeadDim), lse(2 * 4);
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention_reference(with_extra, out.data(), lse.data()),
+                                {"params.extra_indices[1][1]"}));
+  extra_.set(1, {1, -5}, 1);  // past the length: never read
+  with_extra.extra_indices = extra_.view();
+  SPARSE_SWA_EXPECT_OK(sparse_attention(with_extra, Backend::kCpu));
+}
+
 TEST_F(AttentionErrors, CacheViewProblems) {
   SparseAttentionParams bad = p();
   bad.swa_cache.page_stride_bytes = 1024;

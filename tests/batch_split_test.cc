@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -123,6 +124,29 @@ TEST(BatchSplit, CheckBatchGivesTheSameSplit) {
     expect_split(split, split_decodes_and_prefills(input.query_start_loc, input.num_tokens(),
                                                    d.decode_threshold));
   }
+}
+
+TEST(BatchChecks, BlockTableWithColumnsPastInt32DoesNotOverflowTheCoverage) {
+  // cols * block_size wrapped to a negative coverage (and signed overflow) before.
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  const DerivedConfig d = derive_config(c);
+  const std::vector<int32_t> qsl = {0, 1}, seq = {5}, pages = {3, 4};
+  const std::vector<int64_t> slots = {16};
+  BatchInput in;
+  in.query_start_loc = qsl;
+  in.seq_lens = seq;
+  const int64_t cols = INT64_MAX / 2;  // one row: only its first entries are read
+  in.block_table = {pages.data(), 1, cols, cols, MemorySpace::kHost};
+  in.slot_mapping = slots;
+  StepSplit split;
+  const Status st = check_batch(c, d, in, /*arrays_on_host=*/true, &split);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(split.num_decode_tokens, 1);
 }
 
 }  // namespace

@@ -440,6 +440,30 @@ TEST(EdgeDspark, UpdateDraftRowsKeepsInvalidTokensCleared) {
   EXPECT_EQ(row_of(md.decode_swa, 3), Row(4, -1));
 }
 
+TEST(EdgeDspark, UpdateDraftRowsIgnoresWritesToTheExportedMappingAndValidity) {
+  // The metadata's token_to_req_indices and is_valid_token alias the builder's buffers and a
+  // caller can write them (Python exports them as writable arrays); the update keeps the build's.
+  auto builder = cpu_builder(mtp_config(4, 4, 2));
+  TestBatch b(4);
+  b.add_request(6, 2, scrambled_pages(3)).add_request(3, 1, {9}).invalidate(1).pad_tokens(1);
+  SwaMetadata md = build_ok(*builder, b);
+  ASSERT_EQ(md.num_decode_tokens, 4);
+  auto* mapping = const_cast<int32_t*>(md.token_to_req_indices.data());
+  auto* valid = const_cast<uint8_t*>(md.is_valid_token.data());
+  const int32_t written[] = {1000000, -5, 1, 0};
+  for (int t = 0; t < 4; ++t) {
+    mapping[t] = written[t];
+    valid[t] = 1;  // the invalid token 1 and the padding token 3 included
+  }
+  b.seq_lens = {7, 4};
+  SPARSE_SWA_ASSERT_OK(builder->update_draft_decode_rows(b.input(), &md));
+  EXPECT_EQ(lens_of(md.decode_swa), (Row{4, 0, 4, 0}));
+  EXPECT_EQ(row_of(md.decode_swa, 0), slots(b, 0, 2, 6, 4));
+  EXPECT_EQ(row_of(md.decode_swa, 1), Row(4, -1));
+  EXPECT_EQ(row_of(md.decode_swa, 2), slots(b, 1, 0, 4, 4));
+  EXPECT_EQ(row_of(md.decode_swa, 3), Row(4, -1));
+}
+
 TEST(EdgeDspark, UpdateDraftRowsWithNoDecodeTokensIsANoOp) {
   auto builder = cpu_builder(mtp_config(4, 4, 1));
   TestBatch b(4);

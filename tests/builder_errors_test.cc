@@ -108,11 +108,41 @@ TEST_F(BuildErrors, QueryStartLocEmpty) {
 }
 
 TEST_F(BuildErrors, QueryStartLocDisagreesWithItsHostCopy) {
-  TestBatch bad = good_;
-  const std::vector<int32_t> host_qsl = {0, 1, 3, 6};  // total 6, the device array says 7
-  BatchInput in = bad.input();
+  // The CPU backend reads both: the split from the copy, the rows from the array. A copy with
+  // the array's total but other spans must not pass.
+  const std::vector<int32_t> host_qsl = {0, 2, 3, 7};
+  BatchInput in = good_.input();
   in.query_start_loc_host = host_qsl;
-  expect_rejected(in, {"batch.query_start_loc[3]", "expected the host copy's total 6", "got 7"});
+  expect_rejected(
+      in, {"batch.query_start_loc_host[1]", "expected batch.query_start_loc[1] = 1", "got 2"});
+}
+
+TEST_F(BuildErrors, QueryStartLocDisagreesWithItsHostCopyOnTheTotal) {
+  const std::vector<int32_t> host_qsl = {0, 1, 3, 6};
+  BatchInput in = good_.input();
+  in.query_start_loc_host = host_qsl;
+  expect_rejected(
+      in, {"batch.query_start_loc_host[3]", "expected batch.query_start_loc[3] = 7", "got 6"});
+}
+
+TEST_F(BuildErrors, SeqLensDisagreesWithItsHostCopy) {
+  const std::vector<int32_t> host_seq = {11, 6, 12};  // valid on its own
+  BatchInput in = good_.input();
+  in.seq_lens_host = host_seq;
+  expect_rejected(in, {"batch.seq_lens_host[2]", "expected batch.seq_lens[2] = 10", "got 12"});
+}
+
+TEST(BuildHostCopies, EqualHostCopiesGiveTheSameMetadata) {
+  const TestBatch b = good_batch();
+  const std::vector<int32_t> host_qsl = b.query_start_loc, host_seq = b.seq_lens;
+  BatchInput in = b.input();
+  in.query_start_loc_host = host_qsl;
+  in.seq_lens_host = host_seq;
+  auto with = cpu_builder(error_config()), without = cpu_builder(error_config());
+  SwaMetadata a, c;
+  SPARSE_SWA_ASSERT_OK(with->build(in, &a));
+  SPARSE_SWA_ASSERT_OK(without->build(b.input(), &c));
+  EXPECT_EQ(first_difference(snapshot(a), snapshot(c)), "");
 }
 
 // ---------------------------------------------------------------- seq_lens / requests
@@ -336,6 +366,52 @@ TEST_F(BuildErrors, ChunkPlanChunkSizeBelowOne) {
   }
 }
 
+// ---------------------------------------------------------------- inputs overlapping outputs
+
+// A build's output passed back as the next step's input: the builder would overwrite what it
+// still reads (the decode lens are written while seq_lens are read).
+TEST_F(BuildErrors, SeqLensOverlappingTheDecodeLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.decode_swa.lens, 3};
+  expect_rejected(in, {"batch.seq_lens: expected memory outside the builder's own buffers",
+                       "overlapping its decode_swa.lens", "pass a copy"});
+}
+
+TEST_F(BuildErrors, SeqLensOverlappingThePrefillLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.prefill_swa.lens + 1, 3};  // overlapping, not starting at the buffer
+  expect_rejected(in, {"batch.seq_lens", "overlapping its prefill_swa.lens"});
+}
+
+TEST_F(BuildErrors, EveryBatchArrayIsCheckedForOverlap) {
+  const BatchInput good = good_.input();
+  {
+    BatchInput in = good;
+    in.query_start_loc = {md_.token_to_req_indices.data(), 4};
+    expect_rejected(in, {"batch.query_start_loc", "overlapping its token_to_req_indices"});
+  }
+  {
+    BatchInput in = good;
+    in.block_table = {md_.prefill_gather_lens.data(), 3, 4, 4, MemorySpace::kHost};
+    expect_rejected(in, {"batch.block_table", "overlapping its prefill_gather_lens"});
+  }
+  {
+    BatchInput in = good;
+    in.slot_mapping = {reinterpret_cast<const int64_t*>(md_.decode_swa.data), 7};
+    expect_rejected(in, {"batch.slot_mapping", "overlapping its decode_swa.data"});
+  }
+  {
+    BatchInput in = good;
+    in.query_start_loc_host = {md_.prefill_query_lens_host.data(), 4};
+    expect_rejected(in, {"batch.query_start_loc_host", "overlapping its prefill_query_lens_host"});
+  }
+  {
+    BatchInput in = good;
+    in.seq_lens_host = {md_.left_visible.data(), 3};
+    expect_rejected(in, {"batch.seq_lens_host", "overlapping its left_visible"});
+  }
+}
+
 // ---------------------------------------------------------------- update_draft_decode_rows
 
 TEST_F(BuildErrors, UpdateDraftRowsWithNullMetadata) {
@@ -358,6 +434,94 @@ TEST_F(BuildErrors, UpdateDraftRowsWithADifferentShape) {
   EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(bigger.input(), &md),
                                 {"batch", "3 requests, 7 tokens", "got 3 requests, 8 tokens"}));
   EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST_F(BuildErrors, UpdateDraftRowsWithOtherSpans) {
+  TestBatch moved = good_;
+  moved.query_start_loc = {0, 2, 3, 7};  // the counts of the build, other spans
+  SwaMetadata md = md_;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(moved.input(), &md),
+                                {"batch.query_start_loc[1]", "expected the last build's 1",
+                                 "keeps the build's spans", "got 2"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST_F(BuildErrors, UpdateDraftRowsWithEditedMetadata) {
+  SwaMetadata md = md_;
+  md.num_decode_tokens = kMaxTokens;
+  md.decode_swa.rows = kMaxTokens;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                        {"metadata.num_decode_tokens", "expected the last build's 3", "got 32"}));
+  md = md_;
+  md.decode_swa.width = 64;
+  md.decode_swa.row_stride = 64;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                        {"metadata.decode_swa.width", "expected the last build's 8", "got 64"}));
+  md = md_;
+  md.decode_swa.lens = md_.prefill_swa.lens;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(good_.input(), &md),
+                                {"metadata.decode_swa", "this builder's last build()"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST_F(BuildErrors, UpdateDraftRowsWithSeqLensOverlappingTheDecodeLens) {
+  BatchInput in = good_.input();
+  in.seq_lens = {md_.decode_swa.lens, 3};
+  SwaMetadata md = md_;
+  EXPECT_TRUE(IsInvalidArgument(builder_->update_draft_decode_rows(in, &md),
+                                {"batch.seq_lens", "overlapping its decode_swa.lens"}));
+  EXPECT_TRUE(capture_buffers(md_, kMaxTokens) == buffers_);
+}
+
+TEST(UpdateDraftErrors, MetadataOfAnEarlierBuild) {
+  auto builder = cpu_builder(error_config());
+  const TestBatch first = good_batch();
+  TestBatch second(4);
+  second.add_request(9, 1, {4, 5, 6});  // one decode token
+  SwaMetadata old_md, md;
+  SPARSE_SWA_ASSERT_OK(builder->build(first.input(), &old_md));
+  SPARSE_SWA_ASSERT_OK(builder->build(second.input(), &md));
+  EXPECT_TRUE(
+      IsInvalidArgument(builder->update_draft_decode_rows(first.input(), &old_md),
+                        {"metadata.num_decode_tokens", "expected the last build's 1", "got 3"}));
+  EXPECT_EQ(testing::lens_of(md.decode_swa), (std::vector<int32_t>{8}));
+}
+
+// The reproducer: spans moved under the same counts made the update read past a request
+// and write before the lens buffer.
+TEST(UpdateDraftErrors, SpansMovedUnderTheSameCountsAreRejected) {
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  c.speculative_method = SpeculativeMethod::kMtp;
+  c.num_speculative_tokens = 10;
+  auto builder = cpu_builder(c);
+  std::vector<int32_t> bt(8), qsl = {0, 1, 12}, seq = {1, 11};
+  std::vector<int64_t> slots(12);
+  for (int i = 0; i < 8; ++i) bt[i] = i;
+  for (int i = 0; i < 12; ++i) slots[i] = i;
+  BatchInput in;
+  in.query_start_loc = qsl;
+  in.seq_lens = seq;
+  in.block_table = {bt.data(), 2, 4, 4, MemorySpace::kHost};
+  in.slot_mapping = slots;
+  SwaMetadata md;
+  SPARSE_SWA_ASSERT_OK(builder->build(in, &md));
+  const std::vector<int32_t> lens = testing::lens_of(md.decode_swa);
+  ASSERT_EQ(lens, (std::vector<int32_t>{1, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8}));
+
+  const std::vector<int32_t> moved_qsl = {0, 11, 12}, moved_seq = {11, 1};
+  in.query_start_loc = moved_qsl;
+  in.seq_lens = moved_seq;
+  EXPECT_TRUE(
+      IsInvalidArgument(builder->update_draft_decode_rows(in, &md),
+                        {"batch.query_start_loc[1]: expected the last build's 1", "got 11"}));
+  EXPECT_EQ(testing::lens_of(md.decode_swa), lens);
 }
 
 TEST_F(BuildErrors, UpdateDraftRowsWithAMalformedBatch) {

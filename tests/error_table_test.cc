@@ -155,12 +155,19 @@ const std::map<std::string, ApiCase>& api_cases() {
          b.query_start_loc_host = b.query_start_loc.first(3);
          return s.builder->build(b, &s.md);
        }},
-      {"api_batch_host_copy_total",
+      {"api_batch_host_copy_value",
        [] {
          BaseStep s;
          BatchInput b = s.batch;
-         static const int32_t kHost[] = {0, 1, 3, 6};
+         static const int32_t kHost[] = {0, 2, 3, 7};
          b.query_start_loc_host = kHost;
+         return s.builder->build(b, &s.md);
+       }},
+      {"api_batch_overlap",
+       [] {
+         BaseStep s;
+         BatchInput b = s.batch;
+         b.seq_lens = {s.md.decode_swa.lens, 3};
          return s.builder->build(b, &s.md);
        }},
       {"api_span_request",
@@ -188,6 +195,28 @@ const std::map<std::string, ApiCase>& api_cases() {
          b.slot_mapping = b.slot_mapping.first(6);
          b.query_start_loc = std::span<const int32_t>(s.file.query_start_loc).first(3);
          b.seq_lens = b.seq_lens.first(2);
+         return s.builder->update_draft_decode_rows(b, &s.md);
+       }},
+      {"api_update_counts",
+       [] {
+         BaseStep s;
+         SwaMetadata md = s.md;
+         md.num_decode_tokens = md.decode_swa.rows = 1;
+         return s.builder->update_draft_decode_rows(s.batch, &md);
+       }},
+      {"api_update_width",
+       [] {
+         BaseStep s;
+         SwaMetadata md = s.md;
+         md.decode_swa.width = md.decode_swa.row_stride = 64;
+         return s.builder->update_draft_decode_rows(s.batch, &md);
+       }},
+      {"api_update_spans",
+       [] {
+         BaseStep s;
+         BatchInput b = s.batch;
+         static const int32_t kMoved[] = {0, 2, 3, 7};
+         b.query_start_loc = kMoved;
          return s.builder->update_draft_decode_rows(b, &s.md);
        }},
       {"api_chunk_plan_ratio", [] { return prefill_chunk_plan(BaseStep().md, 3, 4).status(); }},
@@ -278,6 +307,23 @@ const std::map<std::string, ApiCase>& api_cases() {
        [] {
          SparseAttentionParams p;
          p.num_heads = 129;
+         return sparse_attention(p, Backend::kCpu);
+       }},
+      {"api_attention_index_below_minus_one",
+       [] {
+         HostPages pages(64, 1, CacheDtype::kFp8DsMla);
+         const std::vector<uint16_t> q(kHeadDim, 0);
+         std::vector<int32_t> rows = {3, -1, -5, 7}, lens = {4};
+         std::vector<uint16_t> out(kHeadDim);
+         std::vector<float> lse(1);
+         SparseAttentionParams p;
+         p.num_tokens = 1;
+         p.num_heads = 1;
+         p.q = q.data();
+         p.swa_cache = pages.view;
+         p.swa_indices = {rows.data(), lens.data(), 1, 4, 4, 4, MemorySpace::kHost};
+         p.out = out.data();
+         p.lse = lse.data();
          return sparse_attention(p, Backend::kCpu);
        }},
       {"api_read_missing_file", [] { return read_batch_file("/nonexistent/batch.json").status(); }},

@@ -12,7 +12,8 @@
 // A row with no valid key gets out = 0 and lse = +inf. With sinks: out *= 1 / (1 + exp(sink[h] -
 // lse)), lse unchanged (a row with no key stays 0).
 //
-// Index values >= 0 inside the length that address no slot (>= num_blocks * block_size):
+// Index values inside the length that are neither -1 nor a slot (< -1, or >= num_blocks *
+// block_size):
 //   CPU backend: an error naming the segment, row and entry; nothing is written.
 //   CUDA backend: the entry is skipped (masked like -1) and counted in bad_index_count when
 //   given; the kernel never reads outside the cache.
@@ -51,7 +52,8 @@ struct SparseAttentionParams {
   uint16_t* out = nullptr;  // [T, H, 512] bf16 bits
   float* lse = nullptr;     // [T, H] fp32, natural log
 
-  // CUDA only, optional device int32 [1]: adds the number of masked out-of-range entries.
+  // CUDA only, optional device int32 [1]: adds the number of masked entries (< -1 or past the
+  // cache).
   int32_t* bad_index_count = nullptr;
 
   // CUDA only, optional device scratch, 16-byte aligned: lets the kernel split each token's keys

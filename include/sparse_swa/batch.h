@@ -18,8 +18,10 @@ struct ImageSpan {
 
 // The arrays live in the builder backend's memory space (host for the CPU backend, device for
 // the CUDA backend). The CUDA backend also needs host copies of query_start_loc and seq_lens for
-// the decode/prefill split and the chunk plan, as the reference does; the CPU backend ignores
-// them. Image spans are always host memory.
+// the decode/prefill split and the chunk plan, as the reference does. The CPU backend needs none
+// (an empty span is "not given"); one given must equal its array element by element, since the
+// split would come from the copy and the rows from the array. Image spans are always host
+// memory.
 struct BatchInput {
   std::span<const int32_t> query_start_loc;  // [num_reqs + 1], 0 first, non-decreasing
   std::span<const int32_t> seq_lens;         // [num_reqs], context + query tokens after this step

@@ -37,15 +37,20 @@ class MetadataBuilder {
 
   // The reference's update_draft_decode_metadata: after seq_lens (and possibly block_table)
   // advanced in place, recompute the first Td causal decode rows of `md` (from the last build)
-  // with the logical window W, never the row width. Token mapping and validity are kept.
+  // with the logical window W, never the row width. `md` must be the last build's metadata as
+  // returned (its counts and views unedited) and `batch` must have that build's shape and spans
+  // (query_start_loc equal to the build's, element by element); the batch is checked as in
+  // build(). Token mapping and validity are the build's, from the builder's own copies: writes
+  // to the exported token_to_req_indices / is_valid_token change neither.
   virtual Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md) = 0;
 
   // CUDA backend: the device arrays cannot be read on the host without a sync, so build()
   // checks the host copies and the kernel re-checks each row against the device arrays. A row
   // whose device inputs disagree (seq_len below its query length, a block outside the table,
-  // a negative block id, an int32 slot overflow, a padding token with a real slot) is written
-  // as invalid (lens 0, all -1) and recorded. This call synchronises the builder's stream and
-  // returns (and clears) that record. The CPU backend checks everything in build(): always Ok.
+  // a negative block id, an int32 slot overflow, a padding token with a real slot, a draft
+  // update's query_start_loc whose spans differ from the build's) is written as invalid (lens 0,
+  // all -1) and recorded. This call synchronises the builder's stream and returns (and clears)
+  // that record. The CPU backend checks everything in build(): always Ok.
   virtual Status take_device_error() { return Status::Ok(); }
 
  protected:

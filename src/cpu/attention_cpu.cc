@@ -86,7 +86,7 @@ Segment segment(const SparseAttentionParams& p, int s) {
   return {&p.extra_indices, &p.extra_cache, "params.extra_indices"};
 }
 
-// Host: every entry >= 0 inside a row's length must address a real slot.
+// Host: every entry inside a row's length is -1 (a hole) or addresses a real slot.
 Status check_host_entries(const SparseAttentionParams& p) {
   for (int s = 0; s < num_segments(p); ++s) {
     const Segment seg = segment(p, s);
@@ -94,6 +94,11 @@ Status check_host_entries(const SparseAttentionParams& p) {
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       const int32_t* row = seg.indices->row(t);
       for (int32_t j = 0; j < seg.indices->lens[t]; ++j) {
+        if (row[j] < -1) {
+          return invalid_argument(seg.name, "[", t, "][", j, "]: slot ", row[j],
+                                  " is below -1 (expected -1 for a hole or a slot in [0, ",
+                                  num_slots, "))");
+        }
         if (row[j] >= num_slots) {
           return invalid_argument(seg.name, "[", t, "][", j, "]: slot ", row[j],
                                   " is outside the cache (num_blocks * block_size = ", num_slots,

@@ -35,6 +35,25 @@ CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const Derive
   gather_lens_.assign(max_seqs, 0);
   prefill_seq_lens_.assign(max_seqs, 0);
   prefill_query_lens_.assign(max_seqs, 0);
+  build_query_start_loc_.assign(max_seqs + 1, 0);
+  build_token_to_req_.assign(max_tokens, 0);
+  build_is_valid_.assign(max_tokens, 0);
+  auto own = [&](const auto& v, const char* name) {
+    owned_.add(v.data(), v.size() * sizeof(v[0]), name);
+  };
+  own(token_to_req_, "token_to_req_indices");
+  own(is_valid_, "is_valid_token");
+  own(decode_rows_, "decode_swa.data");
+  own(decode_rows_noncausal_, "decode_swa.data");
+  own(decode_lens_, "decode_swa.lens");
+  own(prefill_rows_, "prefill_swa.data");
+  own(prefill_lens_, "prefill_swa.lens");
+  own(left_visible_, "left_visible");
+  own(right_visible_, "right_visible");
+  own(gather_lens_, "prefill_gather_lens");
+  own(prefill_seq_lens_, "prefill_seq_lens_host");
+  own(prefill_query_lens_, "prefill_query_lens_host");
+  owned_.seal();
 }
 
 CpuMetadataBuilder::TokenWindow CpuMetadataBuilder::token_window(const BatchInput& b, int32_t t,
@@ -53,16 +72,31 @@ CpuMetadataBuilder::TokenWindow CpuMetadataBuilder::token_window(const BatchInpu
 Status CpuMetadataBuilder::check_window_blocks(const BatchInput& b, int32_t t,
                                                const TokenWindow& tw) const {
   const int32_t block_size = config().block_size;
-  const int32_t* bt_row = b.block_table.row(tw.request);
+  const int32_t r = tw.request;
+  // Guards: check_batch (and a draft update's span check) already keep every window of a valid
+  // token inside [0, seq_len), which the table covers; no row is written from outside either.
+  const int32_t seq_len = b.seq_lens[r];
+  if (tw.window.start < 0 || tw.window.end > seq_len || tw.window.size() < 1) {
+    return invalid_argument("batch.seq_lens[", r, "]: expected token ", t, "'s window inside [0, ",
+                            seq_len, "), got positions [", tw.window.start, ", ", tw.window.end,
+                            ")");
+  }
+  const int64_t last_block = (tw.window.end - 1) / block_size;
+  if (last_block >= b.block_table.cols) {
+    return invalid_argument("batch.block_table[", r, "]: expected token ", t,
+                            "'s blocks inside the table's ", b.block_table.cols,
+                            " columns, got block column ", last_block);
+  }
+  const int32_t* bt_row = b.block_table.row(r);
   for (int64_t blk = tw.window.start / block_size; blk <= (tw.window.end - 1) / block_size; ++blk) {
     const int64_t id = bt_row[blk];
     if (id < 0) {
-      return invalid_argument("batch.block_table[", tw.request, "][", blk,
+      return invalid_argument("batch.block_table[", r, "][", blk,
                               "]: expected a block id >= 0 (token ", t, " reads positions [",
                               tw.window.start, ", ", tw.window.end, ")), got ", id);
     }
     if (id * block_size + (block_size - 1) > kInt32Max) {
-      return invalid_argument("batch.block_table[", tw.request, "][", blk, "]: block id ", id,
+      return invalid_argument("batch.block_table[", r, "][", blk, "]: block id ", id,
                               " * block_size ", block_size, " overflows an int32 slot id");
     }
   }
@@ -91,25 +125,26 @@ Status CpuMetadataBuilder::check_windows(const BatchInput& b, const StepSplit& s
   return Status::Ok();
 }
 
-void CpuMetadataBuilder::write_rows(const BatchInput& b, int32_t first_token, int32_t num_rows,
+void CpuMetadataBuilder::write_rows(const BatchInput& b, const int32_t* token_to_req,
+                                    const uint8_t* is_valid, int32_t first_token, int32_t num_rows,
                                     RowKind kind, bool with_image, int32_t* rows, int32_t row_width,
                                     int32_t* lens) const {
   const int32_t block_size = config().block_size;
   for (int32_t i = 0; i < num_rows; ++i) {
     const int32_t t = first_token + i;
     int32_t* row = rows + static_cast<int64_t>(i) * row_width;
-    if (!is_valid_[t]) {
+    if (!is_valid[t]) {
       lens[i] = 0;  // a padded token must not gather through stale indices
       std::fill(row, row + row_width, -1);
       continue;
     }
     const TokenWindow tw =
-        with_image ? token_window(b, t, token_to_req_[t], kind, left_visible_[t], right_visible_[t])
-                   : token_window(b, t, token_to_req_[t], kind, 0, 0);
-    const int32_t n = tw.window.size();
-    lens[i] = n;
+        with_image ? token_window(b, t, token_to_req[t], kind, left_visible_[t], right_visible_[t])
+                   : token_window(b, t, token_to_req[t], kind, 0, 0);
+    // check_windows kept 1 <= size <= row_width; the clamp keeps any slip inside the row.
+    const int32_t valid = std::clamp(tw.window.size(), 0, row_width);
+    lens[i] = valid;
     const int32_t* bt_row = b.block_table.row(tw.request);
-    const int32_t valid = std::min(n, row_width);
     for (int32_t j = 0; j < valid; ++j) {
       row[j] = static_cast<int32_t>(formulas::slot_id(bt_row, block_size, tw.window.start + j));
     }
@@ -120,6 +155,7 @@ void CpuMetadataBuilder::write_rows(const BatchInput& b, int32_t first_token, in
 Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const BuilderConfig& c = config();
   const DerivedConfig& d = derived();
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   StepSplit split;
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true, &split));
   const int32_t num_reqs = b.num_reqs();
@@ -159,16 +195,17 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const int32_t decode_width = noncausal ? d.noncausal_index_width : c.window_size;
   if (td > 0) {
     std::fill(decode_lens_.begin() + td, decode_lens_.end(), 0);
-    write_rows(b, 0, td, noncausal ? RowKind::kNonCausal : RowKind::kCausal, false, decode_rows,
-               decode_width, decode_lens_.data());
+    write_rows(b, token_to_req_.data(), is_valid_.data(), 0, td,
+               noncausal ? RowKind::kNonCausal : RowKind::kCausal, false, decode_rows, decode_width,
+               decode_lens_.data());
   }
   md.decode_swa = {decode_rows,   decode_lens_.data(), td, decode_width, decode_width,
                    c.window_size, MemorySpace::kHost};
 
   const int32_t tp = split.num_prefill_tokens;
   if (tp > 0) {
-    write_rows(b, td, tp, RowKind::kCausal, with_image, prefill_rows_.data(), d.prefill_index_width,
-               prefill_lens_.data());
+    write_rows(b, token_to_req_.data(), is_valid_.data(), td, tp, RowKind::kCausal, with_image,
+               prefill_rows_.data(), d.prefill_index_width, prefill_lens_.data());
   }
   md.prefill_swa = {prefill_rows_.data(),  prefill_lens_.data(),  tp,
                     d.prefill_index_width, d.prefill_index_width, c.window_size,
@@ -188,25 +225,39 @@ Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   md.prefill_gather_lens = {gather_lens_.data(), static_cast<size_t>(rp)};
   md.prefill_seq_lens_host = {prefill_seq_lens_.data(), static_cast<size_t>(rp)};
   md.prefill_query_lens_host = {prefill_query_lens_.data(), static_cast<size_t>(rp)};
+
+  std::copy_n(b.query_start_loc.data(), num_reqs + 1, build_query_start_loc_.data());
+  std::copy_n(token_to_req_.data(), td, build_token_to_req_.data());
+  std::copy_n(is_valid_.data(), td, build_is_valid_.data());
+  last_build_ = {
+      .decode_rows = decode_rows,
+      .decode_lens = decode_lens_.data(),
+      .decode_width = decode_width,
+      .num_reqs = num_reqs,
+      .num_tokens = num_tokens,
+      .num_decodes = split.num_decodes,
+      .num_decode_tokens = td,
+      .query_start_loc = {build_query_start_loc_.data(), static_cast<size_t>(num_reqs) + 1}};
   *out = md;
   return Status::Ok();
 }
 
 Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
-  const BuilderConfig& c = config();
-  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
-      md, {decode_rows_.data(), decode_rows_noncausal_.data()}, MemorySpace::kHost, b));
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, derived(), b, /*arrays_on_host=*/true));
-  const int32_t td = md->num_decode_tokens;
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(md, last_build_, MemorySpace::kHost, b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch(config(), derived(), b, /*arrays_on_host=*/true));
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_spans(last_build_, b));
+  const int32_t td = last_build_.num_decode_tokens;
   if (td == 0) return Status::Ok();
+  // The build's mapping and validity, from the private copies.
   for (int32_t t = 0; t < td; ++t) {
-    if (!is_valid_[t]) continue;
-    const TokenWindow tw = token_window(b, t, token_to_req_[t], RowKind::kCausal, 0, 0);
+    if (!build_is_valid_[t]) continue;
+    const TokenWindow tw = token_window(b, t, build_token_to_req_[t], RowKind::kCausal, 0, 0);
     SPARSE_SWA_RETURN_IF_ERROR(check_window_blocks(b, t, tw));
   }
-  // The logical window W, whatever the row width (the reference passes the width: B6).
-  int32_t* rows = const_cast<int32_t*>(md->decode_swa.data);
-  write_rows(b, 0, td, RowKind::kCausal, false, rows, md->decode_swa.width, decode_lens_.data());
+  // The logical window W, whatever the row width (the reference passes the width).
+  write_rows(b, build_token_to_req_.data(), build_is_valid_.data(), 0, td, RowKind::kCausal, false,
+             last_build_.decode_rows, last_build_.decode_width, decode_lens_.data());
   md->tile_schedulers = derived().layer_types;
   return Status::Ok();
 }

@@ -27,11 +27,15 @@ class CpuMetadataBuilder final : public MetadataBuilder {
   };
   TokenWindow token_window(const BatchInput& b, int32_t t, int32_t r, RowKind kind, int32_t left,
                            int32_t right) const;
-  // Every valid token's window must read non-negative block ids whose slots fit int32.
+  // Every valid token's window must lie in [0, seq_len) and the block table's columns and read
+  // non-negative block ids whose slots fit int32.
   Status check_windows(const BatchInput& b, const StepSplit& split, bool with_image) const;
   Status check_window_blocks(const BatchInput& b, int32_t t, const TokenWindow& tw) const;
-  void write_rows(const BatchInput& b, int32_t first_token, int32_t num_rows, RowKind kind,
-                  bool with_image, int32_t* rows, int32_t row_width, int32_t* lens) const;
+  // Rows of tokens [first_token, first_token + num_rows): token t belongs to request
+  // token_to_req[t] and is valid where is_valid[t].
+  void write_rows(const BatchInput& b, const int32_t* token_to_req, const uint8_t* is_valid,
+                  int32_t first_token, int32_t num_rows, RowKind kind, bool with_image,
+                  int32_t* rows, int32_t row_width, int32_t* lens) const;
 
   // Persistent buffers, sized at construction. Index buffers: [max_tokens, width] int32.
   std::vector<int32_t> token_to_req_;           // [max_tokens]
@@ -50,6 +54,13 @@ class CpuMetadataBuilder final : public MetadataBuilder {
   std::vector<int32_t> prefill_seq_lens_;       // [max_num_seqs]
   std::vector<int32_t> prefill_query_lens_;     // [max_num_seqs]
   SpanCsr spans_;
+  OwnedBuffers owned_;  // the buffers above that the metadata exports
+  // The last build's spans and decode tokens' mapping and validity for update_draft_decode_rows,
+  // kept where the caller cannot write them (token_to_req_ and is_valid_ are exported).
+  DraftUpdateRecord last_build_;
+  std::vector<int32_t> build_query_start_loc_;  // [max_num_seqs + 1]
+  std::vector<int32_t> build_token_to_req_;     // [max_tokens], the first Td entries
+  std::vector<uint8_t> build_is_valid_;         // [max_tokens], the first Td entries
 };
 
 }  // namespace sparse_swa::detail

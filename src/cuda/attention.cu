@@ -70,13 +70,13 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Resolves entry `col` of segment `seg` for token t: the key's data and scale addresses, or
-// nullptr when the entry is -1 / negative or addresses no slot (the latter counted once).
+// nullptr when the entry is -1 or addresses no slot (< -1 or past the cache; counted once).
 __device__ __forceinline__ const uint8_t* resolve_key(const SegmentArgs& seg, int64_t t,
                                                       int32_t col, bool count_bad,
                                                       int32_t* bad_count, const uint8_t** scales) {
   const int32_t idx = seg.indices[t * seg.row_stride + col];
-  if (idx < 0) return nullptr;
-  if (idx >= seg.num_slots) {
+  if (idx == -1) return nullptr;
+  if (idx < 0 || idx >= seg.num_slots) {
     if (count_bad && bad_count != nullptr) atomicAdd(bad_count, 1);
     return nullptr;
   }

@@ -85,6 +85,7 @@ class CudaMetadataBuilder final : public MetadataBuilder {
  private:
   MetadataKernelParams base_params(const BatchInput& b) const;
   Status stage_spans(const BatchInput& b, MetadataKernelParams* params);
+  Status check_host_copies_given(const BatchInput& b) const;
 
   cudaStream_t stream_;
   MetadataKernelLauncher launcher_;
@@ -109,6 +110,14 @@ class CudaMetadataBuilder final : public MetadataBuilder {
   int next_staging_ = 0;
   std::vector<int32_t> prefill_seq_lens_;    // [max_seqs] host
   std::vector<int32_t> prefill_query_lens_;  // [max_seqs] host
+  OwnedBuffers owned_;                       // the buffers above that the metadata exports
+  // The last build, for update_draft_decode_rows, where the caller cannot write it: its host
+  // query_start_loc copy, and on the device its spans and decode tokens' validity (written by
+  // the build's kernel; see MetadataKernelParams).
+  DraftUpdateRecord last_build_;
+  std::vector<int32_t> build_query_start_loc_host_;  // [max_seqs + 1]
+  DeviceArray<int32_t> build_query_start_loc_;       // [max_seqs + 1]
+  DeviceArray<uint8_t> build_valid_;                 // [max_tokens]
 };
 
 Status CudaMetadataBuilder::allocate() {
@@ -148,6 +157,25 @@ Status CudaMetadataBuilder::allocate() {
   }
   prefill_seq_lens_.assign(max_seqs, 0);
   prefill_query_lens_.assign(max_seqs, 0);
+  build_query_start_loc_host_.assign(max_seqs + 1, 0);
+  SPARSE_SWA_RETURN_IF_ERROR(build_query_start_loc_.allocate(max_seqs + 1));
+  SPARSE_SWA_RETURN_IF_ERROR(build_valid_.allocate(max_tokens));
+  auto own = [&](const auto& a, const char* name) { owned_.add(a.get(), a.bytes(), name); };
+  own(token_to_req_, "token_to_req_indices");
+  own(is_valid_, "is_valid_token");
+  own(decode_rows_, "decode_swa.data");
+  own(decode_rows_noncausal_, "decode_swa.data");
+  own(decode_lens_, "decode_swa.lens");
+  own(prefill_rows_, "prefill_swa.data");
+  own(prefill_lens_, "prefill_swa.lens");
+  own(left_visible_, "left_visible");
+  own(right_visible_, "right_visible");
+  own(gather_lens_, "prefill_gather_lens");
+  owned_.add(prefill_seq_lens_.data(), prefill_seq_lens_.size() * sizeof(int32_t),
+             "prefill_seq_lens_host");
+  owned_.add(prefill_query_lens_.data(), prefill_query_lens_.size() * sizeof(int32_t),
+             "prefill_query_lens_host");
+  owned_.seal();
   // Start from the CPU backend's initial state: empty rows, zero lens, no error.
   SPARSE_SWA_RETURN_IF_ERROR(poison(0xff));
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(
@@ -204,7 +232,18 @@ MetadataKernelParams CudaMetadataBuilder::base_params(const BatchInput& b) const
   p.right_visible = right_visible_.get();
   p.gather_lens = gather_lens_.get();
   p.error_word = error_word_.get();
+  p.build_query_start_loc = build_query_start_loc_.get();
+  p.build_valid = build_valid_.get();
   return p;
+}
+
+Status CudaMetadataBuilder::check_host_copies_given(const BatchInput& b) const {
+  if ((b.query_start_loc_host.empty() || b.seq_lens_host.empty()) && !b.seq_lens.empty()) {
+    return invalid_argument(
+        "batch.query_start_loc_host / batch.seq_lens_host: the CUDA "
+        "backend needs host copies of query_start_loc and seq_lens");
+  }
+  return Status::Ok();
 }
 
 Status CudaMetadataBuilder::stage_spans(const BatchInput& b, MetadataKernelParams* p) {
@@ -243,13 +282,8 @@ Status CudaMetadataBuilder::stage_spans(const BatchInput& b, MetadataKernelParam
 Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   const BuilderConfig& c = config();
   const DerivedConfig& d = derived();
-  if (b.query_start_loc_host.empty() || b.seq_lens_host.empty()) {
-    if (!b.seq_lens.empty()) {
-      return invalid_argument(
-          "batch.query_start_loc_host / batch.seq_lens_host: the CUDA "
-          "backend needs host copies of query_start_loc and seq_lens");
-    }
-  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_host_copies_given(b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   StepSplit split;
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/false, &split));
   const int32_t num_tokens = b.num_tokens();
@@ -287,22 +321,38 @@ Status CudaMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
   md.prefill_gather_lens = {gather_lens_.get(), rp};
   md.prefill_seq_lens_host = {prefill_seq_lens_.data(), rp};
   md.prefill_query_lens_host = {prefill_query_lens_.data(), rp};
+
+  const auto qsl_host = host_query_start_loc(b);
+  std::copy(qsl_host.begin(), qsl_host.end(), build_query_start_loc_host_.begin());
+  last_build_ = {.decode_rows = p.decode_rows,
+                 .decode_lens = decode_lens_.get(),
+                 .decode_width = p.decode_width,
+                 .num_reqs = b.num_reqs(),
+                 .num_tokens = num_tokens,
+                 .num_decodes = split.num_decodes,
+                 .num_decode_tokens = split.num_decode_tokens,
+                 .query_start_loc = {build_query_start_loc_host_.data(), qsl_host.size()}};
   *out = md;
   return Status::Ok();
 }
 
 Status CudaMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
-  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(
-      md, {decode_rows_.get(), decode_rows_noncausal_.get()}, MemorySpace::kDevice, b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(md, last_build_, MemorySpace::kDevice, b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_host_copies_given(b));
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
   SPARSE_SWA_RETURN_IF_ERROR(check_batch(config(), derived(), b, /*arrays_on_host=*/false));
-  if (md->num_decode_tokens == 0) return Status::Ok();
+  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_spans(last_build_, b));
+  if (last_build_.num_decode_tokens == 0) return Status::Ok();
   MetadataKernelParams p = base_params(b);
   p.update_only = true;
-  p.num_decode_tokens = md->num_decode_tokens;
-  p.num_decodes = md->num_decodes;
+  // Tokens map over the build's spans; the kernel checks the batch's device array against them.
+  p.query_start_loc = build_query_start_loc_.get();
+  p.batch_query_start_loc = b.query_start_loc.data();
+  p.num_decode_tokens = last_build_.num_decode_tokens;
+  p.num_decodes = last_build_.num_decodes;
   p.decode_query_len = last_decode_query_len_;
-  p.decode_rows = const_cast<int32_t*>(md->decode_swa.data);
-  p.decode_width = md->decode_swa.width;
+  p.decode_rows = last_build_.decode_rows;
+  p.decode_width = last_build_.decode_width;
   SPARSE_SWA_RETURN_IF_ERROR(
       cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch"));
   md->tile_schedulers = derived().layer_types;
@@ -330,6 +380,8 @@ Status CudaMetadataBuilder::take_device_error() {
   add(kDeviceErrorPaddingSlot,
       "a padding token (past query_start_loc[num_reqs]) with a slot != -1");
   add(kDeviceErrorSlotValue, "a slot_mapping value < -1");
+  add(kDeviceErrorDraftSpans,
+      "a draft update's query_start_loc with other spans than the last build's");
   return invalid_argument("batch (device arrays): ", what,
                           "; the affected rows were written as invalid (lens 0, all -1)");
 }

@@ -35,23 +35,23 @@ __device__ bool map_token(const MetadataKernelParams& p, int32_t t, int lane, To
     if (slot != -1 && *padding) flag(p, kDeviceErrorPaddingSlot);
     p.token_to_req[t] = q->r;
     p.is_valid[t] = valid ? 1 : 0;
+    if (t < p.num_decode_tokens) p.build_valid[t] = valid ? 1 : 0;
   }
   return valid;
 }
 
-// update_draft_decode_rows: the mapping and validity of the last build, with the request's
-// current query range and seq_len (hinted as in a build, then loaded by the stored request).
+// update_draft_decode_rows: the request of token t over the last build's spans (query_start_loc
+// is the builder's copy here), as a build maps it, with the current seq_len, and the build's
+// validity. A token whose request's span in the batch's query_start_loc differs is invalid.
 __device__ bool stored_token(const MetadataKernelParams& p, int32_t t, int lane, TokenRequest* q) {
-  const int32_t stored = p.token_to_req[t];
-  const bool valid = p.is_valid[t] != 0 && stored >= 0 && stored < p.num_reqs;
-  const bool hinted = find_by_host_split(p, t, lane, q) && q->r == stored;
-  if (valid && !hinted) {
-    q->r = stored;
-    q->query_start = p.query_start_loc[stored];
-    q->query_end = p.query_start_loc[stored + 1];
-    q->seq_len = p.seq_lens[stored];
-  }
-  return valid;
+  const bool padding = p.num_reqs == 0 || t >= __ldg(p.query_start_loc + p.num_reqs);
+  const bool found = p.num_reqs > 0 && find_by_host_split(p, t, lane, q);
+  if (!padding && !found) *q = search_request(p, t, lane);
+  if (padding || p.build_valid[t] == 0) return false;
+  const bool same_span = p.batch_query_start_loc[q->r] == q->query_start &&
+                         p.batch_query_start_loc[q->r + 1] == q->query_end;
+  if (!same_span && lane == 0) flag(p, kDeviceErrorDraftSpans);
+  return same_span;
 }
 
 // One warp writes the row of token t.
@@ -158,6 +158,7 @@ __device__ bool build_draft_request(const MetadataKernelParams& p, int32_t t0, i
     if (slot < -1) flag(p, kDeviceErrorSlotValue);
     p.token_to_req[t0 + lane] = q.r;
     p.is_valid[t0 + lane] = slot >= 0 ? 1 : 0;
+    p.build_valid[t0 + lane] = slot >= 0 ? 1 : 0;
     p.decode_lens[t0 + lane] = slot >= 0 ? n : 0;
   }
   return true;
@@ -273,6 +274,11 @@ __global__ void __launch_bounds__(kMetadataKernelThreads)
     int4* tail = reinterpret_cast<int4*>(p.decode_lens + aligned);
     for (int32_t i = tid; i < vectors; i += num_threads) tail[i] = make_int4(0, 0, 0, 0);
     for (int32_t i = aligned + vectors * 4 + tid; i < end; i += num_threads) p.decode_lens[i] = 0;
+  }
+  if (!p.update_only && p.num_decode_tokens > 0) {
+    for (int32_t i = tid; i <= p.num_reqs; i += num_threads) {
+      p.build_query_start_loc[i] = p.query_start_loc[i];
+    }
   }
   for (int32_t i = num_threads - 1 - tid; !p.update_only && i < p.num_prefills; i += num_threads) {
     const int32_t r = p.num_decodes + i;

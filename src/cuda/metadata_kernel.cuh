@@ -14,6 +14,7 @@ enum DeviceErrorBits : uint32_t {
   kDeviceErrorSlotOverflow = 1u << 2,
   kDeviceErrorPaddingSlot = 1u << 3,  // a padding token (past query_start_loc[R]) with a slot
   kDeviceErrorSlotValue = 1u << 4,    // a slot_mapping value < -1
+  kDeviceErrorDraftSpans = 1u << 5,   // a draft update's query_start_loc differs from the build's
 };
 
 struct MetadataKernelParams {
@@ -42,9 +43,18 @@ struct MetadataKernelParams {
   int32_t max_image_tokens;
   bool noncausal;   // decode rows are DSpark non-causal rows
   bool with_image;  // prefill rows are widened by in-image visibility
-  // update_draft_decode_rows: only the first num_decode_tokens causal rows, reading the
-  // mapping and validity of the last build.
+  // update_draft_decode_rows: only the first num_decode_tokens causal rows, with the mapping and
+  // validity of the last build (below).
   bool update_only;
+
+  // The last build's spans and decode tokens' validity, in builder-private buffers (the exported
+  // token_to_req and is_valid are the caller's to write). A build with decode tokens writes them;
+  // an update maps tokens over them (query_start_loc is then build_query_start_loc) and writes a
+  // token whose span in the batch's own query_start_loc (batch_query_start_loc) differs as
+  // invalid, flagging kDeviceErrorDraftSpans.
+  int32_t* build_query_start_loc;        // [num_reqs + 1]
+  uint8_t* build_valid;                  // [num_decode_tokens]
+  const int32_t* batch_query_start_loc;  // update_only: [num_reqs + 1]
 
   // Outputs, device memory (persistent buffers).
   int32_t* token_to_req;  // [num_tokens]

@@ -499,6 +499,37 @@ TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
+TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
+  SKIP_WITHOUT_GPU();
+  SmallProblem p(40, 8, 64);  // three head groups, each entry counted once
+  int32_t planted = 0;
+  IndexRows masked = p.rows;
+  for (int64_t t = 0; t < 8; ++t) {
+    p.rows.lens[t] = std::max(p.rows.lens[t], 3);
+    masked.lens[t] = p.rows.lens[t];
+    p.rows.data[t * 64 + 1] = -1;  // a hole: skipped, not counted
+    masked.data[t * 64 + 1] = -1;
+    for (int32_t j : {0, 2}) {
+      p.rows.data[t * 64 + j] = j == 0 ? -2 - static_cast<int32_t>(t) : -2147483647 - 1;
+      masked.data[t * 64 + j] = -1;
+      ++planted;
+    }
+  }
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dev.bad_count(), planted);
+  // The CPU refuses those entries; with -1 in their place it is the reference.
+  std::vector<double> ref_out(8 * 40 * kHeadDim), ref_lse(8 * 40);
+  EXPECT_TRUE(
+      testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
+                                 {"params.swa_indices[0][0]: slot -2 is below -1"}));
+  SparseAttentionParams ref = p.hp;
+  ref.swa_indices = masked.view();
+  const Errors e = compare(ref, dev.out(), dev.lse());
+  EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
 TEST(AttentionCuda, DeviceLensOutsideTheWidthAreClamped) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(8, 6, 32);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_metadata_builder.h"
@@ -14,6 +15,7 @@
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
 #include "support/random_batch.h"
+#include "support/status_matchers.h"
 #include "support/test_batch.h"
 
 namespace sparse_swa {
@@ -286,14 +288,162 @@ TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
   DeviceBatch dev(b);
   BatchInput in = dev.input();
   in.query_start_loc_host = stale_host_qsl;
-  BatchInput host_in = b.input();
-  host_in.query_start_loc_host = stale_host_qsl;
   SwaMetadata md_gpu, md_cpu;
   ASSERT_TRUE(gpu->build(in, &md_gpu).ok());
-  ASSERT_TRUE(cpu->build(host_in, &md_cpu).ok());
-  const MetadataSnapshot a = testing::snapshot(md_cpu), g = device_snapshot(md_gpu);
+  // The CPU backend reads both arrays and refuses a copy that differs from its array; built from
+  // the array alone it gives the device split's rows. Only max_decode_query_len comes from the
+  // host split (min(4, theta 7) on CUDA, min(7, 7) from the array).
+  BatchInput host_in = b.input();
+  host_in.query_start_loc_host = stale_host_qsl;
+  EXPECT_TRUE(testing::IsInvalidArgument(cpu->build(host_in, &md_cpu),
+                                         {"batch.query_start_loc_host[1]", "got 4"}));
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  MetadataSnapshot a = testing::snapshot(md_cpu);
+  const MetadataSnapshot g = device_snapshot(md_gpu);
+  EXPECT_EQ(a.max_decode_query_len, 7);
+  EXPECT_EQ(g.max_decode_query_len, 4);
+  a.max_decode_query_len = g.max_decode_query_len;
   EXPECT_EQ(first_difference(a, g), "");
   EXPECT_EQ(g.token_to_req, (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3}));
+  EXPECT_TRUE(gpu->take_device_error().ok());
+}
+
+// ---------------------------------------------------------------- hostile inputs
+
+BuilderConfig draft_config() {
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_num_seqs = 4;
+  c.max_model_len = 64;
+  c.speculative_method = SpeculativeMethod::kMtp;
+  c.num_speculative_tokens = 4;  // theta 5
+  return c;
+}
+
+// Decodes of query lengths 1, 1, 5, an invalid token and two CUDA-graph padding tokens.
+TestBatch draft_batch() {
+  TestBatch b(4);
+  b.add_identity_request(5, 1).add_identity_request(9, 1).add_identity_request(12, 5);
+  b.invalidate(4).pad_tokens(2);
+  b.min_block_table_cols = 16;
+  return b;
+}
+
+TEST(CudaBuilder, DraftUpdateWithOtherHostSpansIsRejectedLikeOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  auto cpu = make(draft_config(), Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  const MetadataSnapshot before = device_snapshot(md_gpu);
+  TestBatch moved = b;
+  moved.query_start_loc = {0, 2, 3, 7};
+  moved.seq_lens = {5, 9, 12};
+  DeviceBatch moved_dev(moved);
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      gpu->update_draft_decode_rows(moved_dev.input(), &md_gpu),
+      {"batch.query_start_loc_host[1]: expected the last build's 1", "got 2"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      cpu->update_draft_decode_rows(moved.input(), &md_cpu),
+      {"batch.query_start_loc[1]: expected the last build's 1", "got 2"}));
+  EXPECT_EQ(first_difference(device_snapshot(md_gpu), before), "");
+  // Without host copies the update is refused before reading anything on the host.
+  BatchInput no_copies = dev.input();
+  no_copies.query_start_loc_host = {};
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(no_copies, &md_gpu),
+                                         {"the CUDA backend needs host copies"}));
+  // Metadata counts edited by the caller are refused as on the CPU.
+  SwaMetadata edited = md_gpu;
+  edited.num_decode_tokens = edited.decode_swa.rows = 16;
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(dev.input(), &edited),
+                                         {"metadata.num_decode_tokens",
+                                          "expected the last "
+                                          "build's 9"}));
+}
+
+TEST(CudaBuilder, DraftUpdateWithOtherDeviceSpansIsMaskedAndReported) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  ASSERT_TRUE(gpu->take_device_error().ok());
+  // The device query_start_loc moves request 1's span; the host copy still says the build's.
+  const int32_t moved[] = {0, 2};
+  CUDA_OK(cudaMemcpy(dev.device_qsl(), moved, sizeof(moved), cudaMemcpyHostToDevice));
+  ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md).ok());
+  const Status st = gpu->take_device_error();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("a draft update's query_start_loc with other spans"),
+            std::string::npos)
+      << st.message();
+  // Tokens 0 and 1 (requests 0 and 1, whose spans moved) are written invalid; request 2 as built.
+  const MetadataSnapshot s = device_snapshot(md);
+  EXPECT_EQ(s.decode_lens, (std::vector<int32_t>{0, 0, 8, 8, 0, 8, 8, 0, 0}));
+  EXPECT_EQ(std::vector<int32_t>(s.decode_rows.begin(), s.decode_rows.begin() + 16),
+            std::vector<int32_t>(16, -1));
+}
+
+TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  auto cpu = make(draft_config(), Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  const MetadataSnapshot built = device_snapshot(md_gpu);
+  const std::vector<int32_t> mapping(9, 1000000);
+  const std::vector<uint8_t> valid(9, 1);
+  CUDA_OK(cudaMemcpy(const_cast<int32_t*>(md_gpu.token_to_req_indices.data()), mapping.data(),
+                     9 * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(const_cast<uint8_t*>(md_gpu.is_valid_token.data()), valid.data(), 9,
+                     cudaMemcpyHostToDevice));
+  advance_decodes(&b, md_cpu.num_decodes);
+  dev.upload();
+  ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->update_draft_decode_rows(b.input(), &md_cpu).ok());
+  EXPECT_TRUE(gpu->take_device_error().ok());
+  MetadataSnapshot g = device_snapshot(md_gpu);
+  const MetadataSnapshot a = testing::snapshot(md_cpu);
+  EXPECT_EQ(a.decode_lens, (std::vector<int32_t>{6, 8, 8, 8, 0, 8, 8, 0, 0}));
+  // The written arrays stay as written; the rows are the CPU's.
+  EXPECT_EQ(g.token_to_req, mapping);
+  g.token_to_req = a.token_to_req;
+  g.is_valid = a.is_valid;
+  EXPECT_EQ(first_difference(a, g), "");
+  EXPECT_NE(first_difference(built, g), "");
+}
+
+TEST(CudaBuilder, InputsOverlappingTheBuildersBuffersAreRejected) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  TestBatch b = draft_batch();
+  DeviceBatch dev(b);
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  BatchInput in = dev.input();
+  in.seq_lens = {md.decode_swa.lens, 3};
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->build(in, &md),
+                                         {"batch.seq_lens", "overlapping its decode_swa.lens"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(in, &md),
+                                         {"batch.seq_lens", "overlapping its decode_swa.lens"}));
+  in = dev.input();
+  in.block_table.data = md.decode_swa.data;
+  EXPECT_TRUE(testing::IsInvalidArgument(gpu->build(in, &md),
+                                         {"batch.block_table", "overlapping its decode_swa.data"}));
+  EXPECT_TRUE(gpu->take_device_error().ok());
 }
 
 TEST(CudaBuilder, DeviceInputsThatContradictTheHostCopiesAreReportedNotFaulted) {
