@@ -11,12 +11,13 @@ stages=${*:-tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
-  # The default QK choice, then each QK variant forced on every shape.
-  for qk in auto mma wgmma; do
-    SPARSE_SWA_ATTENTION_QK=$qk timeout 300 "$B/sparse_swa_tests" --gtest_filter='*Attention*' \
-      --gtest_brief=1 >"$OUT/attention_tests_$qk.log" 2>&1
-    echo "tests (QK $qk): exit $?"
-    grep -E "^\[  FAILED|largest|PASSED|first:" "$OUT/attention_tests_$qk.log" | sort -u | head -12
+  # The default variant choice, then each QK / PV variant forced on every shape.
+  for v in auto qk=mma qk=wgmma pv=mma; do
+    env SPARSE_SWA_ATTENTION_QK=${v#qk=} SPARSE_SWA_ATTENTION_PV=${v#pv=} timeout 300 \
+      "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
+      >"$OUT/attention_tests_${v/=/_}.log" 2>&1
+    echo "tests ($v): exit $?"
+    grep -E "^\[  FAILED|largest|PASSED|first:" "$OUT/attention_tests_${v/=/_}.log" | sort -u | head -12
   done
 fi
 if has bench; then

@@ -28,20 +28,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "cuda/attention_ds_mla.cuh"
+#include "cuda/kv_codec_launch.cuh"
 #include "cuda/mma_ptx.cuh"
 #include "sparse_swa/kv_cache.h"
 
 namespace sparse_swa::detail {
 namespace {
 
-constexpr int kKeys = 32;           // keys per tile
-constexpr int kGroupHeads = 64;     // heads per CTA (fewer: zero rows, skipped where possible)
-constexpr int kThreads = 512;       // 4 warpgroups: producer, QK, PV, PV
-constexpr int kKStages = 3;         // decoded K tiles in shared memory
-constexpr int kPBufs = 2;           // P tiles between QK and PV
-constexpr int kPPitch = kKeys + 8;  // bf16 per P row: 80 bytes, ldmatrix conflict-free
+constexpr int kKeys = 32;        // keys per tile
+constexpr int kGroupHeads = 64;  // heads per CTA (fewer: zero rows, skipped where possible)
+constexpr int kThreads = 512;    // 4 warpgroups: producer, QK, PV, PV
+constexpr int kKStages = 3;      // decoded K tiles in shared memory
+constexpr int kPBufs = 2;        // P tiles between QK and PV
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
 constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
@@ -50,21 +52,24 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Shared memory, in bytes from a 1024-aligned base.
-constexpr int kQBytes = kGroupHeads * kHeadDim * 2;     // [64, 512] bf16, swizzled
-constexpr int kKBytes = kKeys * kHeadDim * 2;           // [32, 512] bf16, swizzled
-constexpr int kPBytes = 2 * kGroupHeads * kPPitch * 2;  // hi and lo [64, 40] bf16
+constexpr int kQBytes = kGroupHeads * kHeadDim * 2;  // [64, 512] bf16, swizzled
+constexpr int kKBytes = kKeys * kHeadDim * 2;        // [32, 512] bf16, swizzled
+// P of a tile: [64 heads, 64] bf16, columns 0-31 the bf16 hi parts of the 32 keys' weights and
+// 32-63 the lo parts, swizzled like a K block (one 128-byte row per head).
+constexpr int kPBytes = kGroupHeads * 128;
 constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kQBytes;
-constexpr int kRawOff = kKOff + kKStages * kKBytes;
-constexpr int kPOff = kRawOff + 2 * kRawStage;
-constexpr int kCorrOff = kPOff + kPBufs * kPBytes;               // [2][64] fp32
+constexpr int kPOff = kKOff + kKStages * kKBytes;
+constexpr int kRawOff = kPOff + kPBufs * kPBytes;
+constexpr int kCorrOff = kRawOff + 2 * kRawStage;                // [2][64] fp32
 constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;      // [64] (max, sum)
 constexpr int kValidKOff = kMlOff + kGroupHeads * 8;             // [3][32] bytes
 constexpr int kValidRawOff = kValidKOff + kKStages * kKeys;      // [2][32] bytes
 constexpr int kBarOff = (kValidRawOff + 2 * kKeys + 7) / 8 * 8;  // mbarriers, below
 constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
 constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
-static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0, "swizzled tiles need 1024-byte bases");
+static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
+              "swizzled tiles need 1024-byte bases");
 
 // Byte offset of bf16 element (row, col) in a swizzled [rows, 512] tile: 8 column blocks of
 // [rows, 64 values = 128 bytes]; the 16-byte chunk index is XOR-ed with row % 8.
@@ -99,11 +104,14 @@ struct Args {
   int32_t splits;
   int32_t num_segments;
   int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
+  unsigned long long* timeline;  // development only: [1 + 2 * kTimelineEntries] or nullptr
   Segment seg0, seg1;
 };
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.
-// 16: CTAs 0 and the last print a timeline (%globaltimer, ns) of their roles' milestones.
+// 16: CTAs 0 and the last record a timeline (%globaltimer, ns) of their roles' milestones, which
+// the launcher prints after an eager call.
+constexpr int kTimelineEntries = 2048;
 constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8, kTimeline = 16;
 
 __device__ __forceinline__ uint64_t global_ns() {
@@ -111,14 +119,22 @@ __device__ __forceinline__ uint64_t global_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ void milestone(const Args& a, const char* what, int i) {
-  if ((a.ablate & kTimeline) && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) &&
+// Milestone ids of the timeline; the launcher prints their names.
+enum Milestone { kStart, kPrologue, kLanded, kDecoded, kGotK, kWroteP, kGotP, kPvDone, kStored };
+__device__ __forceinline__ void milestone(const Args& a, Milestone id, int i) {
+  if (a.timeline != nullptr && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) &&
       (threadIdx.x & 127) == 0) {
-    printf("cta %u %-12s %3d %llu\n", blockIdx.x, what, i, (unsigned long long)global_ns());
+    const unsigned long long k = atomicAdd(a.timeline, 1ull);
+    if (k < kTimelineEntries) {
+      a.timeline[1 + 2 * k] = (blockIdx.x == 0 ? 0ull : 1ull << 40) |
+                              (static_cast<unsigned long long>(id) << 20) |
+                              (static_cast<unsigned long long>(threadIdx.x >> 7) << 16) |
+                              static_cast<unsigned long long>(i);
+      a.timeline[2 + 2 * k] = global_ns();
+    }
   }
 }
 
-// What every role knows about its CTA.
 struct Cta {
   int64_t t;  // query token
   int h0;     // first head of the group
@@ -262,12 +278,12 @@ __device__ void producer(const Args& a, const Cta& c, int tid) {
     const KeySource next = (a.ablate & kAblateGather) ? KeySource{} : resolve_key(a, c, i + 2, tid);
     ptx::cp_async_wait<1>();
     ptx::named_barrier(1, 128);  // every producer thread's copies of tile i have landed
-    if (i < 2 || i == c.n - 1) milestone(a, "prod landed", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kLanded, i);
     if (i >= kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / kKStages) - 1) & 1);
     if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid);
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(c.k_full(stage));
-    if (i < 2 || i == c.n - 1) milestone(a, "prod decoded", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kDecoded, i);
     ptx::named_barrier(1, 128);  // raw stage (i & 1) is free again
     if (i + 2 < c.n && !(a.ablate & kAblateGather)) gather_tile(c, i + 2, tid, next);
     ptx::cp_async_commit();
@@ -343,7 +359,7 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
     const int stage = i % kKStages;
     const int b = i % kPBufs;
     ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, "qk got K", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kGotK, i);
     float s[4][4];
     if (active && !(a.ablate & kAblateQk)) {
       qk_tile<kWgmma>(c, stage, q, lane, s);
@@ -363,47 +379,56 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
     }
     ptx::mbar_arrive(c.k_empty(stage));
     if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
-    if (active) {
-      uint16_t* ph = reinterpret_cast<uint16_t*>(c.base + kPOff + b * kPBytes);
-      uint16_t* pl = ph + kGroupHeads * kPPitch;
-      float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
+    uint8_t* pt = c.base + kPOff + b * kPBytes;
+    float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float x[4][2];
-        float mx = -INFINITY;
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      if (!active) {  // rows past the group's heads: P = 0 (wgmma PV reads every row)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            x[j][e] = valid[j][e] ? s[j][2 * half + e] * a.scale_log2 : -INFINITY;
-            mx = fmaxf(mx, x[j][e]);
-          }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[half], mx);
-        const bool none = m_new == -INFINITY;
-        const float corr = none ? 1.0f : exp2f(m_run[half] - m_new);
-        m_run[half] = m_new;
-        float sum = 0.0f;
-        const int r = row + 8 * half;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float p0 = none ? 0.0f : exp2f(x[j][0] - m_new);
-          const float p1 = none ? 0.0f : exp2f(x[j][1] - m_new);
-          sum += p0 + p1;
-          const uint32_t h = pack_bf16(p0, p1);
-          const float2 hf = unpack_bf16(h);
           const int col = j * 8 + 2 * (lane & 3);
-          *reinterpret_cast<uint32_t*>(ph + r * kPPitch + col) = h;
-          *reinterpret_cast<uint32_t*>(pl + r * kPPitch + col) = pack_bf16(p0 - hf.x, p1 - hf.y);
+          *reinterpret_cast<uint32_t*>(pt + sw128(r, col, kGroupHeads)) = 0;
+          *reinterpret_cast<uint32_t*>(pt + sw128(r, kKeys + col, kGroupHeads)) = 0;
         }
-        l_run[half] = l_run[half] * corr + sum;
-        if ((lane & 3) == 0) corr_s[r] = corr;
+        if ((lane & 3) == 0) corr_s[r] = 1.0f;
+        continue;
       }
+      float x[4][2];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          x[j][e] = valid[j][e] ? s[j][2 * half + e] * a.scale_log2 : -INFINITY;
+          mx = fmaxf(mx, x[j][e]);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[half], mx);
+      const bool none = m_new == -INFINITY;
+      const float corr = none ? 1.0f : exp2f(m_run[half] - m_new);
+      m_run[half] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float p0 = none ? 0.0f : exp2f(x[j][0] - m_new);
+        const float p1 = none ? 0.0f : exp2f(x[j][1] - m_new);
+        sum += p0 + p1;
+        const uint32_t h = pack_bf16(p0, p1);
+        const float2 hf = unpack_bf16(h);
+        const int col = j * 8 + 2 * (lane & 3);
+        *reinterpret_cast<uint32_t*>(pt + sw128(r, col, kGroupHeads)) = h;
+        *reinterpret_cast<uint32_t*>(pt + sw128(r, kKeys + col, kGroupHeads)) =
+            pack_bf16(p0 - hf.x, p1 - hf.y);
+      }
+      l_run[half] = l_run[half] * corr + sum;
+      if ((lane & 3) == 0) corr_s[r] = corr;
     }
+    ptx::fence_proxy_async();  // wgmma reads P through the async proxy
     ptx::mbar_arrive(c.p_full(b));
-    if (i < 2 || i == c.n - 1) milestone(a, "qk wrote P", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kWroteP, i);
   }
   float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
 #pragma unroll
@@ -416,9 +441,49 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
   ptx::named_barrier(2, 384);  // the PV warps read (max, sum) next
 }
 
-// ---- PV: warp v of warpgroups 2-3 owns heads 32 * (v % 2) + [0, 32) and dims 128 * (v / 2) ----
+// ---- PV and the stores ----
 
-__device__ void pv_and_store(const Args& a, const Cta& c, int v, int lane) {
+// Where one output row goes: finished (bf16 out, lse) or, when split, this slice's partial.
+struct RowOut {
+  uint16_t* y = nullptr;  // [512] bf16, or nullptr when partial
+  float* py = nullptr;    // [512] fp32 partial
+  float factor = 0.0f;
+};
+// Row r of the group; `writer` also stores its lse / (max, sum).
+__device__ __forceinline__ RowOut row_out(const Args& a, const Cta& c, int r, bool writer) {
+  const float2 st = reinterpret_cast<const float2*>(c.base + kMlOff)[r];
+  const float m = st.x, l = st.y;
+  const int head = c.h0 + r;
+  const int64_t row = c.t * a.num_heads + head;
+  RowOut o;
+  if (a.splits == 1) {
+    float lse = INFINITY;  // no valid key: out 0, lse +inf
+    if (m != -INFINITY) {
+      lse = (m + log2f(l)) * kLn2;
+      o.factor = 1.0f / l;
+      if (a.sinks != nullptr) o.factor /= 1.0f + expf(a.sinks[head] - lse);
+    }
+    o.y = a.out + row * kHeadDim;
+    if (writer) a.lse[row] = lse;
+  } else {
+    const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
+    o.py = a.partial_o + prow * kHeadDim;
+    o.factor = 1.0f;
+    if (writer) a.partial_ml[prow] = make_float2(m, l);
+  }
+  return o;
+}
+__device__ __forceinline__ void put2(const RowOut& o, int d, float x, float y) {
+  if (o.y != nullptr) {
+    *reinterpret_cast<uint32_t*>(o.y + d) = pack_bf16(x * o.factor, y * o.factor);
+  } else {
+    *reinterpret_cast<float2*>(o.py + d) = make_float2(x, y);
+  }
+}
+
+// m16n8k16 variant: warp v of warpgroups 2-3 owns heads 32 * (v % 2) + [0, 32) and dims
+// 128 * (v / 2) + [0, 128); P and V through ldmatrix.
+__device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
   const int row0 = 32 * (v & 1);
   const int d0 = 128 * (v >> 1);
   // m-tiles past the group's heads: skipped (warp-uniform).
@@ -438,10 +503,9 @@ __device__ void pv_and_store(const Args& a, const Cta& c, int v, int lane) {
     const int b = i % kPBufs;
     ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
     ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, "pv got P", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kGotP, i);
     const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
-    const uint32_t p_hi = c.sbase + kPOff + b * kPBytes;
-    const uint32_t p_lo = p_hi + kGroupHeads * kPPitch * 2;
+    const uint32_t pt = c.sbase + kPOff + b * kPBytes;
     const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -464,10 +528,10 @@ __device__ void pv_and_store(const Args& a, const Cta& c, int v, int lane) {
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         if (!(mi == 0 ? act0 : act1)) continue;
-        const uint32_t off =
-            ((row0 + 16 * mi + (lane & 15)) * kPPitch + kk * 16 + (lane >> 4) * 8) * 2;
-        ptx::ldmatrix_x4(ph[mi], p_hi + off);
-        ptx::ldmatrix_x4(pl[mi], p_lo + off);
+        const int r = row0 + 16 * mi + (lane & 15);
+        const int col = kk * 16 + (lane >> 4) * 8;
+        ptx::ldmatrix_x4(ph[mi], pt + sw128(r, col, kGroupHeads));
+        ptx::ldmatrix_x4(pl[mi], pt + sw128(r, kKeys + col, kGroupHeads));
       }
 #pragma unroll
       for (int np = 0; np < 8; ++np) {
@@ -486,56 +550,96 @@ __device__ void pv_and_store(const Args& a, const Cta& c, int v, int lane) {
     }
     ptx::mbar_arrive(c.p_empty(b));
     ptx::mbar_arrive(c.k_empty(stage));
-    if (i < 2 || i == c.n - 1) milestone(a, "pv done", i);
+    if (i < 2 || i == c.n - 1) milestone(a, kPvDone, i);
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
-  const float2* ml = reinterpret_cast<const float2*>(c.base + kMlOff);
-
-  // The finished rows, or this slice's unnormalised (O, max, sum) for the merge.
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row0 + 16 * mi + (lane >> 2) + 8 * half;
       if (r >= c.heads) continue;
-      const int head = c.h0 + r;
-      const float2 st = ml[r];
-      const float m = st.x, l = st.y;
-      const int64_t row = c.t * a.num_heads + head;
-      if (a.splits == 1) {
-        float lse = INFINITY, factor = 0.0f;  // no valid key: out 0, lse +inf
-        if (m != -INFINITY) {
-          lse = (m + log2f(l)) * kLn2;
-          factor = 1.0f / l;
-          if (a.sinks != nullptr) factor /= 1.0f + expf(a.sinks[head] - lse);
-        }
-        uint16_t* y = a.out + row * kHeadDim + d0 + 2 * (lane & 3);
+      const RowOut ro = row_out(a, c, r, d0 == 0 && (lane & 3) == 0);
 #pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-          *reinterpret_cast<uint32_t*>(y + nt * 8) =
-              pack_bf16(o[mi][nt][2 * half] * factor, o[mi][nt][2 * half + 1] * factor);
-        }
-        if (d0 == 0 && (lane & 3) == 0) a.lse[row] = lse;
-      } else {
-        const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
-        float* y = a.partial_o + prow * kHeadDim + d0 + 2 * (lane & 3);
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-          *reinterpret_cast<float2*>(y + nt * 8) =
-              make_float2(o[mi][nt][2 * half], o[mi][nt][2 * half + 1]);
-        }
-        if (d0 == 0 && (lane & 3) == 0) a.partial_ml[prow] = make_float2(m, l);
+      for (int nt = 0; nt < 16; ++nt) {
+        put2(ro, d0 + nt * 8 + 2 * (lane & 3), o[mi][nt][2 * half], o[mi][nt][2 * half + 1]);
       }
     }
   }
-  milestone(a, "pv stored", 0);
+  milestone(a, kStored, 0);
+}
+
+// wgmma variant: warpgroup g (0, 1) owns dims 256 g + [0, 256) of all 64 rows, as two halves of
+// 128; per tile and half four m64n128k16 steps: P's hi columns against V, then its lo columns
+// against V again.
+__device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
+  const int d0 = 256 * g;
+  const int row = 16 * w + (lane >> 2);  // and row + 8
+  const bool skip = (a.ablate & kAblatePv) != 0;
+  float o[2][64];
+#pragma unroll
+  for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % kKStages;
+    const int b = i % kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
+    if (i < 2 || i == c.n - 1) milestone(a, kGotP, i);
+    const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
+    const float c0 = corr_s[row], c1 = corr_s[row + 8];
+    if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[h][4 * j] *= c0;
+          o[h][4 * j + 1] *= c0;
+          o[h][4 * j + 2] *= c1;
+          o[h][4 * j + 3] *= c1;
+        }
+      }
+    }
+    if (!skip) {
+      const uint32_t pt = c.sbase + kPOff + b * kPBytes;
+      const uint32_t vt = c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint64_t da = ptx::sw128_desc(pt + j * 32);
+          const uint64_t db =
+              ptx::sw128_desc(vt + h * 2 * (kKeys * 128) + (j & 1) * 2048, kKeys * 128, 1024);
+          ptx::wgmma_m64n128k16_bt(o[h], da, db, true);
+        }
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+    }
+    ptx::mbar_arrive(c.p_empty(b));
+    ptx::mbar_arrive(c.k_empty(stage));
+    if (i < 2 || i == c.n - 1) milestone(a, kPvDone, i);
+  }
+  ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row + 8 * half;
+    if (r >= c.heads) continue;
+    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
+           o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+    }
+  }
+  milestone(a, kStored, 0);
 }
 
 __device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int32_t width) {
   return min(max(lens[t], 0), width);
 }
 
-template <bool kWgmma>
+template <bool kWgmma, bool kWgmmaPv>
 __global__ void __launch_bounds__(kThreads, 1)
     ds_mla_attention_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -562,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   c.tile0 = c.split * per_split;
   c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
 
-  milestone(a, "start", 0);
+  milestone(a, kStart, 0);
   // Q rows of the group, swizzled; heads past the group are zero rows. Eight 16-byte loads per
   // thread, all in flight before the first store.
   constexpr int kQLoads = kGroupHeads * (kHeadDim / 8) / kThreads;
@@ -595,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
-  milestone(a, "prologue", 0);
+  milestone(a, kPrologue, 0);
 
   const int wg = tid >> 7;
   if (wg == 0) {
@@ -606,7 +710,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     qk_softmax<kWgmma>(a, c, (tid >> 5) & 3, tid & 31);
   } else {
     ptx::setmaxnreg_inc<184>();
-    pv_and_store(a, c, (tid >> 5) - 8, tid & 31);
+    if constexpr (kWgmmaPv) {
+      pv_wgmma(a, c, wg - 2, (tid >> 5) & 3, tid & 31);
+    } else {
+      pv_mma(a, c, (tid >> 5) - 8, tid & 31);
+    }
   }
 #else
   (void)a;  // sm_90a only (wgmma, setmaxnreg): other targets never launch it
@@ -688,13 +796,44 @@ bool use_wgmma_qk(int num_heads) {
   return forced >= 0 ? forced == 1 : num_heads > 32;
 }
 
-template <bool kWgmma>
+// Development: the recorded milestones, per CTA, in us from that CTA's start.
+void print_timeline(const unsigned long long* device_timeline) {
+  static const char* const kNames[] = {"start",   "prologue", "landed",  "decoded", "qk got K",
+                                       "wrote P", "pv got P", "pv done", "stored"};
+  std::vector<unsigned long long> h(1 + 2 * kTimelineEntries);
+  cudaDeviceSynchronize();
+  cudaMemcpy(h.data(), device_timeline, h.size() * 8, cudaMemcpyDeviceToHost);
+  const unsigned long long n = std::min<unsigned long long>(h[0], kTimelineEntries);
+  std::vector<std::pair<unsigned long long, unsigned long long>> ev;  // (time, key)
+  for (unsigned long long k = 0; k < n; ++k) ev.push_back({h[2 + 2 * k], h[1 + 2 * k]});
+  std::sort(ev.begin(), ev.end());
+  for (int cta = 0; cta < 2; ++cta) {
+    unsigned long long t0 = 0;
+    for (const auto& [t, key] : ev) {
+      if (static_cast<int>(key >> 40) != cta) continue;
+      if (t0 == 0) t0 = t;
+      std::printf("timeline cta %s wg %llu %-9s %4llu %8.2f us\n", cta == 0 ? "first" : "last",
+                  (key >> 16) & 15, kNames[(key >> 20) & 15], key & 0xffff, (t - t0) / 1000.0);
+    }
+  }
+}
+
+// PV with wgmma unless SPARSE_SWA_ATTENTION_PV=mma.
+bool use_wgmma_pv() {
+  static const bool forced_mma = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_PV");
+    return v != nullptr && std::strcmp(v, "mma") == 0;
+  }();
+  return !forced_mma;
+}
+
+template <bool kWgmma, bool kWgmmaPv>
 Status launch_kernel(const Args& a, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
     attr_err =
-        cudaFuncSetAttribute(ds_mla_attention_kernel<kWgmma>,
+        cudaFuncSetAttribute(ds_mla_attention_kernel<kWgmma, kWgmmaPv>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   });
   if (attr_err != cudaSuccess) {
@@ -702,7 +841,8 @@ Status launch_kernel(const Args& a, cudaStream_t stream) {
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
   const int64_t blocks = a.num_tokens * a.groups * a.splits;
-  ds_mla_attention_kernel<kWgmma><<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(a);
+  ds_mla_attention_kernel<kWgmma, kWgmmaPv>
+      <<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(a);
   return Status::Ok();
 }
 
@@ -712,7 +852,7 @@ Status launch_kernel(const Args& a, cudaStream_t stream) {
 static bool kernel_loaded_for_device() {
   static const bool loaded = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, ds_mla_attention_kernel<true>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, ds_mla_attention_kernel<true, true>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
@@ -791,8 +931,21 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
                             p.num_heads, " heads, got ", p.num_tokens);
   }
-  SPARSE_SWA_RETURN_IF_ERROR(use_wgmma_qk(p.num_heads) ? launch_kernel<true>(a, stream)
-                                                       : launch_kernel<false>(a, stream));
+  static unsigned long long* timeline = nullptr;
+  const bool record = (ablate & kTimeline) && !stream_capturing(stream);
+  if (record) {
+    if (timeline == nullptr) cudaMalloc(&timeline, (1 + 2 * kTimelineEntries) * 8);
+    cudaMemset(timeline, 0, (1 + 2 * kTimelineEntries) * 8);
+    a.timeline = timeline;
+  }
+  // Three variants: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas cannot fit
+  // m16n8k16 QK beside wgmma PV in the register budget).
+  const bool qk = use_wgmma_qk(p.num_heads), pv = qk && use_wgmma_pv();
+  const Status launched =
+      qk ? (pv ? launch_kernel<true, true>(a, stream) : launch_kernel<true, false>(a, stream))
+         : launch_kernel<false, false>(a, stream);
+  SPARSE_SWA_RETURN_IF_ERROR(launched);
+  if (record) print_timeline(timeline);
   if (plan.splits > 1) {
     const int64_t rows = p.num_tokens * p.num_heads;
     ds_mla_merge_kernel<<<static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps),
