@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU iteration of the attention kernel work, run on the H200 from the repo root:
-#   scripts/gpu/attention_iter.sh [STAGES...]   stages: tests bench ncu sanitize flashmla
+#   scripts/gpu/attention_iter.sh [STAGES...]
+#   stages: tests bench flashmla ablate ncu ncusrc sanitize (default: tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).
 # Logs go to $OUT; the tail of each step is printed.
 set -uo pipefail
@@ -12,7 +13,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
   # The default variant choice, then each QK / PV variant forced on every shape.
-  for v in auto qk=mma qk=wgmma pv=mma; do
+  for v in ${VARIANTS:-auto qk=mma qk=wgmma pv=mma}; do
     env SPARSE_SWA_ATTENTION_QK=${v#qk=} SPARSE_SWA_ATTENTION_PV=${v#pv=} timeout 300 \
       "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
       >"$OUT/attention_tests_${v/=/_}.log" 2>&1
@@ -61,10 +62,14 @@ if has ncusrc; then
     >"$OUT/ncu_stalls_$shape.txt" 2>&1
 fi
 if has sanitize; then
-  for tool in memcheck racecheck initcheck; do
-    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/sparse_swa_tests" \
-      --gtest_filter='SplitShapes/*:AttentionCuda.*' --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
+  # The tensor-core kernel's paths (split and merge, masking, lens, graph replay, small heads,
+  # page size 2) under each tool; racecheck on the smaller cases (it runs far slower).
+  for tool in memcheck initcheck racecheck; do
+    filter='SplitShapes/*:AttentionCuda.*'
+    [[ $tool == racecheck ]] && filter='SplitShapes/*H8*:SplitShapes/*H3*:AttentionCuda.Device*'
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/sparse_swa_tests" --gtest_filter="$filter" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"
-    grep -E "ERROR SUMMARY|FAILED" "$OUT/sanitize_$tool.log" | head -5
+    grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_$tool.log" | head -5
   done
 fi

@@ -63,7 +63,7 @@ constexpr int kPOff = kKOff + kKStages * kKBytes;
 constexpr int kRawOff = kPOff + kPBufs * kPBytes;
 constexpr int kCorrOff = kRawOff + 2 * kRawStage;                // [2][64] fp32
 constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;      // [64] (max, sum)
-constexpr int kValidKOff = kMlOff + kGroupHeads * 8;             // [3][32] bytes
+constexpr int kValidKOff = kMlOff + kGroupHeads * 8;             // [3] uint32 masks
 constexpr int kValidRawOff = kValidKOff + kKStages * kKeys;      // [2][32] bytes
 constexpr int kBarOff = (kValidRawOff + 2 * kKeys + 7) / 8 * 8;  // mbarriers, below
 constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
@@ -112,7 +112,9 @@ struct Args {
 // 16: CTAs 0 and the last record a timeline (%globaltimer, ns) of their roles' milestones, which
 // the launcher prints after an eager call.
 constexpr int kTimelineEntries = 2048;
-constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8, kTimeline = 16;
+// 32: PV uses P's bf16 hi part only (measures what the lo part costs in time and accuracy).
+constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8, kTimeline = 16,
+              kAblatePLo = 32;
 
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
@@ -264,7 +266,11 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
       *reinterpret_cast<uint4*>(k + sw128(key, kNopeDim + (part + 4 * r) * 8, kKeys)) = zero;
     }
   }
-  if (part == 0) c.base[kValidKOff + stage * kKeys + key] = ok;
+  if (tid < 32) {  // warp 0: the stage's valid-key mask, bit k for key k
+    const uint32_t mask =
+        __ballot_sync(0xffffffffu, c.base[kValidRawOff + (i & 1) * kKeys + tid] != 0);
+    if (tid == 0) *reinterpret_cast<uint32_t*>(c.base + kValidKOff + stage * 4) = mask;
+  }
 }
 
 __device__ void producer(const Args& a, const Cta& c, int tid) {
@@ -301,142 +307,150 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
 
 // ---- QK + softmax: warp q of warpgroup 1 owns head rows 16q..16q+15 ----
 
-// S [16 heads, 32 keys] of warp q in the m16n8 accumulator layout (n-tile j in s[j]).
-template <bool kWgmma>
-__device__ __forceinline__ void qk_tile(const Cta& c, int stage, int q, int lane,
-                                        float (&s)[4][4]) {
+__device__ __forceinline__ float fast_exp2(float x) {  // 2^x, -inf -> 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Starts S = Q K^T of K stage `stage` for all 64 rows (wgmma, asynchronous: one commit group);
+// d gets the m16n8 accumulator layout (n-tile j in d[4j..4j+3]) of warp q's 16 rows.
+__device__ __forceinline__ void qk_issue_wgmma(const Cta& c, int stage, float (&d)[16]) {
   const uint32_t q_base = c.sbase + kQOff;
   const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
-  if constexpr (kWgmma) {
-    float d[16];
-    ptx::wgmma_fence();
+  ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t step = (kk & 3) * 32;  // 16 bf16 along K inside a 128-byte row
-      const uint64_t da = ptx::sw128_desc(q_base + (kk >> 2) * (kGroupHeads * 128) + step);
-      const uint64_t db = ptx::sw128_desc(k_base + (kk >> 2) * (kKeys * 128) + step);
-      ptx::wgmma_m64n32k16(d, da, db, kk > 0);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const uint32_t step = (kk & 3) * 32;  // 16 bf16 along K inside a 128-byte row
+    const uint64_t da = ptx::sw128_desc(q_base + (kk >> 2) * (kGroupHeads * 128) + step);
+    const uint64_t db = ptx::sw128_desc(k_base + (kk >> 2) * (kKeys * 128) + step);
+    ptx::wgmma_m64n32k16(d, da, db, kk > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// S [16 heads, 32 keys] of warp q with m16n8k16 MMAs, synchronously.
+__device__ __forceinline__ void qk_mma(const Cta& c, int stage, int q, int lane, float (&d)[16]) {
+  const uint32_t q_base = c.sbase + kQOff;
+  const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = d[4 * j + e];
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-    }
+  for (int k = 0; k < 16; ++k) d[k] = 0.0f;
 #pragma unroll 4
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      uint32_t qa[4], kb[2][4];
-      ptx::ldmatrix_x4(
-          qa, q_base + sw128(16 * q + (lane & 15), kk * 16 + (lane >> 4) * 8, kGroupHeads));
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t qa[4], kb[2][4];
+    ptx::ldmatrix_x4(qa,
+                     q_base + sw128(16 * q + (lane & 15), kk * 16 + (lane >> 4) * 8, kGroupHeads));
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        ptx::ldmatrix_x4(kb[np], k_base + sw128(np * 16 + (lane & 7) + (lane >> 4) * 8,
-                                                kk * 16 + ((lane >> 3) & 1) * 8, kKeys));
-      }
+    for (int np = 0; np < 2; ++np) {
+      ptx::ldmatrix_x4(kb[np], k_base + sw128(np * 16 + (lane & 7) + (lane >> 4) * 8,
+                                              kk * 16 + ((lane >> 3) & 1) * 8, kKeys));
+    }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        ptx::mma_bf16_16816(s[j], qa, kb[j >> 1][(j & 1) * 2], kb[j >> 1][(j & 1) * 2 + 1]);
-      }
+    for (int j = 0; j < 4; ++j) {
+      float(&dj)[4] = *reinterpret_cast<float(*)[4]>(d + 4 * j);
+      ptx::mma_bf16_16816(dj, qa, kb[j >> 1][(j & 1) * 2], kb[j >> 1][(j & 1) * 2 + 1]);
     }
   }
 }
 
-template <bool kWgmma>
-__device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
-  // With m16n8k16 MMAs, 16-head tiles past the group's heads are skipped (their P is never
-  // read); wgmma always computes all 64 rows.
-  const bool active = kWgmma || 16 * q < c.heads;
-  const int row = 16 * q + (lane >> 2);  // and row + 8
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  for (int i = 0; i < c.n; ++i) {
-    const int stage = i % kKStages;
-    const int b = i % kPBufs;
-    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, kGotK, i);
-    float s[4][4];
-    if (active && !(a.ablate & kAblateQk)) {
-      qk_tile<kWgmma>(c, stage, q, lane, s);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-      }
-    }
-    const uint8_t* vk = c.base + kValidKOff + stage * kKeys;
-    bool valid[4][2];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      valid[j][0] = vk[j * 8 + 2 * (lane & 3)] != 0;
-      valid[j][1] = vk[j * 8 + 2 * (lane & 3) + 1] != 0;
-    }
-    ptx::mbar_arrive(c.k_empty(stage));
-    if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
-    uint8_t* pt = c.base + kPOff + b * kPBytes;
-    float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row + 8 * half;
-      if (!active) {  // rows past the group's heads: P = 0 (wgmma PV reads every row)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int col = j * 8 + 2 * (lane & 3);
-          *reinterpret_cast<uint32_t*>(pt + sw128(r, col, kGroupHeads)) = 0;
-          *reinterpret_cast<uint32_t*>(pt + sw128(r, kKeys + col, kGroupHeads)) = 0;
-        }
-        if ((lane & 3) == 0) corr_s[r] = 1.0f;
-        continue;
-      }
-      float x[4][2];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          x[j][e] = valid[j][e] ? s[j][2 * half + e] * a.scale_log2 : -INFINITY;
-          mx = fmaxf(mx, x[j][e]);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[half], mx);
-      const bool none = m_new == -INFINITY;
-      const float corr = none ? 1.0f : exp2f(m_run[half] - m_new);
-      m_run[half] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float p0 = none ? 0.0f : exp2f(x[j][0] - m_new);
-        const float p1 = none ? 0.0f : exp2f(x[j][1] - m_new);
-        sum += p0 + p1;
-        const uint32_t h = pack_bf16(p0, p1);
-        const float2 hf = unpack_bf16(h);
-        const int col = j * 8 + 2 * (lane & 3);
-        *reinterpret_cast<uint32_t*>(pt + sw128(r, col, kGroupHeads)) = h;
-        *reinterpret_cast<uint32_t*>(pt + sw128(r, kKeys + col, kGroupHeads)) =
-            pack_bf16(p0 - hf.x, p1 - hf.y);
-      }
-      l_run[half] = l_run[half] * corr + sum;
-      if ((lane & 3) == 0) corr_s[r] = corr;
-    }
-    ptx::fence_proxy_async();  // wgmma reads P through the async proxy
-    ptx::mbar_arrive(c.p_full(b));
-    if (i < 2 || i == c.n - 1) milestone(a, kWroteP, i);
-  }
-  float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
+// The online softmax of tile i from warp q's S (rows 16q + lane / 4 and + 8): P's hi and lo
+// parts and the rows' rescale factors into P buffer i % 2, then p_full. Releases K stage i.
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY};  // running max, log2 units
+  float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum
+};
+__device__ __forceinline__ void softmax_tile(const Args& a, const Cta& c, int i, bool active, int q,
+                                             int lane, const float (&d)[16], SoftmaxState& st) {
+  const int stage = i % kKStages;
+  const int b = i % kPBufs;
+  const int row = 16 * q + (lane >> 2);
+  const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + kValidKOff + stage * 4);
+  ptx::mbar_arrive(c.k_empty(stage));
+  if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
+  uint8_t* pt = c.base + kPOff + b * kPBytes;
+  float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float l = l_run[half];
+    const int r = row + 8 * half;
+    uint8_t* prow = pt + r * 128 + 4 * (lane & 3);
+    if (!active) {  // rows past the group's heads: P = 0 (wgmma PV reads every row)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t*>(prow + ((j ^ (r & 7)) << 4)) = 0;
+      if ((lane & 3) == 0) corr_s[r] = 1.0f;
+      continue;
+    }
+    float x[4][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = (mask >> (j * 8 + 2 * (lane & 3) + e)) & 1u;
+        x[j][e] = valid ? d[4 * j + 2 * half + e] * a.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x[j][e]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[half], mx);
+    const bool none = m_new == -INFINITY;
+    const float corr = none ? 1.0f : fast_exp2(st.m[half] - m_new);
+    st.m[half] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float p0 = none ? 0.0f : fast_exp2(x[j][0] - m_new);
+      const float p1 = none ? 0.0f : fast_exp2(x[j][1] - m_new);
+      sum += p0 + p1;
+      const uint32_t h = pack_bf16(p0, p1);
+      const float2 hf = unpack_bf16(h);
+      // Column j * 8 + 2 (lane % 4) of the hi half (chunk j) and of the lo half (chunk 4 + j).
+      *reinterpret_cast<uint32_t*>(prow + ((j ^ (r & 7)) << 4)) = h;
+      *reinterpret_cast<uint32_t*>(prow + (((4 + j) ^ (r & 7)) << 4)) =
+          pack_bf16(p0 - hf.x, p1 - hf.y);
+    }
+    st.l[half] = st.l[half] * corr + sum;
+    if ((lane & 3) == 0) corr_s[r] = corr;
+  }
+  ptx::fence_proxy_async();  // wgmma reads P through the async proxy
+  ptx::mbar_arrive(c.p_full(b));
+  if (i < 2 || i == c.n - 1) milestone(a, kWroteP, i);
+}
+
+// ---- QK + softmax: warp q of warpgroup 1 owns head rows 16q..16q+15 ----
+
+template <bool kWgmma>
+__device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
+  // With m16n8k16 MMAs, 16-head tiles past the group's heads are skipped (their P rows are
+  // written as zeros); wgmma always computes all 64 rows.
+  const bool active = kWgmma || 16 * q < c.heads;
+  const bool skip = (a.ablate & kAblateQk) != 0;
+  SoftmaxState st;
+  for (int i = 0; i < c.n; ++i) {
+    ptx::mbar_wait(c.k_full(i % kKStages), (i / kKStages) & 1);
+    if (i < 2 || i == c.n - 1) milestone(a, kGotK, i);
+    float d[16];
+    if constexpr (kWgmma) {
+      // (Issuing tile i + 1's wgmma before tile i's softmax measured slower: ptxas serialises
+      // the two accumulators; bench/README.md#attention.)
+      qk_issue_wgmma(c, i % kKStages, d);
+      ptx::wgmma_wait<0>();
+    } else if (active && !skip) {
+      qk_mma(c, i % kKStages, q, lane, d);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) d[k] = 0.0f;
+    }
+    softmax_tile(a, c, i, active, q, lane, d, st);
+  }
+  float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
+  const int row = 16 * q + (lane >> 2);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = st.l[half];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if ((lane & 3) == 0) ml[row + 8 * half] = make_float2(m_run[half], l);
+    if ((lane & 3) == 0) ml[row + 8 * half] = make_float2(st.m[half], l);
   }
   ptx::named_barrier(2, 384);  // the PV warps read (max, sum) next
 }
@@ -607,6 +621,7 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
+          if (j >= 2 && (a.ablate & kAblatePLo)) break;
           const uint64_t da = ptx::sw128_desc(pt + j * 32);
           const uint64_t db =
               ptx::sw128_desc(vt + h * 2 * (kKeys * 128) + (j & 1) * 2048, kKeys * 128, 1024);
@@ -877,9 +892,8 @@ DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
   if (ctas == 0 || ctas >= num_sms) return plan;
-  // Fill the SMs once, with at least two tiles per slice (a slice's fixed cost is a gather
-  // latency and a merge row).
-  int64_t splits = std::min<int64_t>(num_sms / ctas, std::max<int64_t>(1, max_tiles / 2));
+  // Fill the SMs once (a slice of one tile still pays its gather latency and a merge row).
+  int64_t splits = std::min<int64_t>(num_sms / ctas, max_tiles);
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
   if (workspace_bytes >= 0) splits = std::min(splits, workspace_bytes / row_bytes);
   if (splits <= 1) return plan;
