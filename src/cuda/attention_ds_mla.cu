@@ -42,7 +42,8 @@ namespace {
 constexpr int kKeys = 32;        // keys per tile
 constexpr int kGroupHeads = 64;  // heads per CTA (fewer: zero rows, skipped where possible)
 constexpr int kThreads = 512;    // 4 warpgroups: producer, QK, PV, PV
-constexpr int kKStages = 3;      // decoded K tiles in shared memory
+constexpr int kKStages = 2;      // decoded K tiles in shared memory
+constexpr int kRawStages = 4;    // gathered tiles in flight (raw rows), 3 ahead of the decode
 constexpr int kPBufs = 2;        // P tiles between QK and PV
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
@@ -61,11 +62,11 @@ constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kQBytes;
 constexpr int kPOff = kKOff + kKStages * kKBytes;
 constexpr int kRawOff = kPOff + kPBufs * kPBytes;
-constexpr int kCorrOff = kRawOff + 2 * kRawStage;                // [2][64] fp32
-constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;      // [64] (max, sum)
-constexpr int kValidKOff = kMlOff + kGroupHeads * 8;             // [3] uint32 masks
-constexpr int kValidRawOff = kValidKOff + kKStages * kKeys;      // [2][32] bytes
-constexpr int kBarOff = (kValidRawOff + 2 * kKeys + 7) / 8 * 8;  // mbarriers, below
+constexpr int kCorrOff = kRawOff + kRawStages * kRawStage;                // [2][64] fp32
+constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;               // [64] (max, sum)
+constexpr int kValidKOff = kMlOff + kGroupHeads * 8;                      // [3] uint32 masks
+constexpr int kValidRawOff = kValidKOff + kKStages * 4;                   // [4][32] bytes
+constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers, below
 constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
 constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
 static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
@@ -104,38 +105,61 @@ struct Args {
   int32_t splits;
   int32_t num_segments;
   int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
-  unsigned long long* timeline;  // development only: [1 + 2 * kTimelineEntries] or nullptr
+  unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
 };
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.
-// 16: CTAs 0 and the last record a timeline (%globaltimer, ns) of their roles' milestones, which
-// the launcher prints after an eager call.
-constexpr int kTimelineEntries = 2048;
+// 16: per-role cycle accounts (RoleClock, profile builds only), printed after an eager call.
+constexpr int kMaxProfiledCtas = 1024;
 // 32: PV uses P's bf16 hi part only (measures what the lo part costs in time and accuracy).
-constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8, kTimeline = 16,
-              kAblatePLo = 32;
+[[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
+                               kTimeline = 16, kAblatePLo = 32;
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// Milestone ids of the timeline; the launcher prints their names.
-enum Milestone { kStart, kPrologue, kLanded, kDecoded, kGotK, kWroteP, kGotP, kPvDone, kStored };
-__device__ __forceinline__ void milestone(const Args& a, Milestone id, int i) {
-  if (a.timeline != nullptr && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) &&
-      (threadIdx.x & 127) == 0) {
-    const unsigned long long k = atomicAdd(a.timeline, 1ull);
-    if (k < kTimelineEntries) {
-      a.timeline[1 + 2 * k] = (blockIdx.x == 0 ? 0ull : 1ull << 40) |
-                              (static_cast<unsigned long long>(id) << 20) |
-                              (static_cast<unsigned long long>(threadIdx.x >> 7) << 16) |
-                              static_cast<unsigned long long>(i);
-      a.timeline[2 + 2 * k] = global_ns();
+// Per-role cycle accounts (development: built with -DSPARSE_SWA_ATTENTION_PROFILE, switched on
+// by ablation bit 16): one thread of each role adds the cycles between laps into slots and stores
+// them once, per CTA, into timeline[1 + (cta * 3 + role) * 8 + slot]; the launcher prints the
+// averages. Without the macro every member is empty and costs nothing.
+struct RoleClock {
+  unsigned long long* out = nullptr;  // this role's 8 slots, or nullptr
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+  long long t = 0;
+  long long acc[8] = {};
+#endif
+  __device__ RoleClock(const Args& a, int role) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (a.timeline != nullptr && (threadIdx.x & 127) == 0) {
+      out = a.timeline + 1 + (static_cast<int64_t>(blockIdx.x) * 3 + role) * 8;
+      t = clock64();
     }
+#else
+    (void)a;
+    (void)role;
+#endif
   }
-}
+  __device__ __forceinline__ void lap(int slot) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (out != nullptr) {
+      const long long now = clock64();
+      acc[slot] += now - t;
+      t = now;
+    }
+#else
+    (void)slot;
+#endif
+  }
+  __device__ __forceinline__ void store(int tiles) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (out != nullptr) {
+      acc[7] = tiles;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<unsigned long long>(acc[k]);
+    }
+#else
+    (void)tiles;
+#endif
+  }
+};
 
 struct Cta {
   int64_t t;  // query token
@@ -188,7 +212,7 @@ __device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, in
 __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const KeySource& k) {
   const int key = tid >> 2;
   const int part = tid & 3;
-  uint8_t* raw = c.base + kRawOff + (i & 1) * kRawStage;
+  uint8_t* raw = c.base + kRawOff + (i % kRawStages) * kRawStage;
   if (k.data != nullptr) {
     const uint32_t dst = ptx::smem_addr(raw + key * kDsMlaTokenBytes);
 #pragma unroll
@@ -197,7 +221,7 @@ __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const 
       ptx::cp_async_8(ptx::smem_addr(raw + kRawScales + key * kDsMlaScaleBytes), k.scales);
     }
   }
-  if (part == 0) c.base[kValidRawOff + (i & 1) * kKeys + key] = k.data != nullptr;
+  if (part == 0) c.base[kValidRawOff + (i % kRawStages) * kKeys + key] = k.data != nullptr;
 }
 
 // Two e4m3 codes (low byte first) times 2^(s - 127) as a bf16 pair; exact (NaN stays NaN).
@@ -221,10 +245,10 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale, 
 __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int tid) {
   const int key = tid >> 2;
   const int part = tid & 3;
-  const uint8_t* raw = c.base + kRawOff + (i & 1) * kRawStage;
+  const uint8_t* raw = c.base + kRawOff + (i % kRawStages) * kRawStage;
   const uint8_t* src = raw + key * kDsMlaTokenBytes;
   uint8_t* k = c.base + kKOff + stage * kKBytes;
-  const bool ok = c.base[kValidRawOff + (i & 1) * kKeys + key] != 0;
+  const bool ok = c.base[kValidRawOff + (i % kRawStages) * kKeys + key] != 0;
   if (ok) {
     const uint2 sc = *reinterpret_cast<const uint2*>(raw + kRawScales + key * kDsMlaScaleBytes);
 #pragma unroll
@@ -268,33 +292,39 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
   }
   if (tid < 32) {  // warp 0: the stage's valid-key mask, bit k for key k
     const uint32_t mask =
-        __ballot_sync(0xffffffffu, c.base[kValidRawOff + (i & 1) * kKeys + tid] != 0);
+        __ballot_sync(0xffffffffu, c.base[kValidRawOff + (i % kRawStages) * kKeys + tid] != 0);
     if (tid == 0) *reinterpret_cast<uint32_t*>(c.base + kValidKOff + stage * 4) = mask;
   }
 }
 
 __device__ void producer(const Args& a, const Cta& c, int tid) {
-  gather_tile(c, 0, tid, resolve_key(a, c, 0, tid));
-  ptx::cp_async_commit();
-  gather_tile(c, 1, tid, resolve_key(a, c, 1, tid));
-  ptx::cp_async_commit();
+  RoleClock clk(a, 0);  // slots: landed wait, stage wait, decode, gather
+#pragma unroll
+  for (int i = 0; i + 1 < kRawStages; ++i) {
+    gather_tile(c, i, tid, resolve_key(a, c, i, tid));
+    ptx::cp_async_commit();
+  }
   for (int i = 0; i < c.n; ++i) {
     const int stage = i % kKStages;
-    // Tile i + 2's index load is in flight while tile i is decoded.
-    const KeySource next = (a.ablate & kAblateGather) ? KeySource{} : resolve_key(a, c, i + 2, tid);
-    ptx::cp_async_wait<1>();
+    const int ahead = i + kRawStages - 1;
+    // That tile's index load is in flight while tile i is decoded.
+    const KeySource next = (a.ablate & kAblateGather) ? KeySource{} : resolve_key(a, c, ahead, tid);
+    ptx::cp_async_wait<kRawStages - 2>();
     ptx::named_barrier(1, 128);  // every producer thread's copies of tile i have landed
-    if (i < 2 || i == c.n - 1) milestone(a, kLanded, i);
+    clk.lap(0);
     if (i >= kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / kKStages) - 1) & 1);
+    clk.lap(1);
     if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid);
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(c.k_full(stage));
-    if (i < 2 || i == c.n - 1) milestone(a, kDecoded, i);
-    ptx::named_barrier(1, 128);  // raw stage (i & 1) is free again
-    if (i + 2 < c.n && !(a.ablate & kAblateGather)) gather_tile(c, i + 2, tid, next);
+    clk.lap(2);
+    ptx::named_barrier(1, 128);  // raw stage i % kRawStages is free again
+    if (ahead < c.n && !(a.ablate & kAblateGather)) gather_tile(c, ahead, tid, next);
     ptx::cp_async_commit();
+    clk.lap(3);
   }
   ptx::cp_async_wait<0>();
+  clk.store(c.n);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
@@ -360,13 +390,16 @@ struct SoftmaxState {
   float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum
 };
 __device__ __forceinline__ void softmax_tile(const Args& a, const Cta& c, int i, bool active, int q,
-                                             int lane, const float (&d)[16], SoftmaxState& st) {
+                                             int lane, const float (&d)[16], SoftmaxState& st,
+                                             RoleClock& clk) {
   const int stage = i % kKStages;
   const int b = i % kPBufs;
   const int row = 16 * q + (lane >> 2);
   const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + kValidKOff + stage * 4);
   ptx::mbar_arrive(c.k_empty(stage));
+  clk.lap(2);
   if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
+  clk.lap(3);
   uint8_t* pt = c.base + kPOff + b * kPBytes;
   float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
 #pragma unroll
@@ -414,7 +447,7 @@ __device__ __forceinline__ void softmax_tile(const Args& a, const Cta& c, int i,
   }
   ptx::fence_proxy_async();  // wgmma reads P through the async proxy
   ptx::mbar_arrive(c.p_full(b));
-  if (i < 2 || i == c.n - 1) milestone(a, kWroteP, i);
+  clk.lap(4);
 }
 
 // ---- QK + softmax: warp q of warpgroup 1 owns head rows 16q..16q+15 ----
@@ -426,9 +459,10 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
   const bool active = kWgmma || 16 * q < c.heads;
   const bool skip = (a.ablate & kAblateQk) != 0;
   SoftmaxState st;
+  RoleClock clk(a, 1);  // slots: K wait, QK MMAs, softmax, P-buffer wait, P stores
   for (int i = 0; i < c.n; ++i) {
     ptx::mbar_wait(c.k_full(i % kKStages), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, kGotK, i);
+    clk.lap(0);
     float d[16];
     if constexpr (kWgmma) {
       // (Issuing tile i + 1's wgmma before tile i's softmax measured slower: ptxas serialises
@@ -441,8 +475,10 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
 #pragma unroll
       for (int k = 0; k < 16; ++k) d[k] = 0.0f;
     }
-    softmax_tile(a, c, i, active, q, lane, d, st);
+    clk.lap(1);
+    softmax_tile(a, c, i, active, q, lane, d, st, clk);
   }
+  clk.store(c.n);
   float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
   const int row = 16 * q + (lane >> 2);
 #pragma unroll
@@ -517,7 +553,6 @@ __device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
     const int b = i % kPBufs;
     ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
     ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, kGotP, i);
     const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
     const uint32_t pt = c.sbase + kPOff + b * kPBytes;
     const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
@@ -564,7 +599,6 @@ __device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
     }
     ptx::mbar_arrive(c.p_empty(b));
     ptx::mbar_arrive(c.k_empty(stage));
-    if (i < 2 || i == c.n - 1) milestone(a, kPvDone, i);
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
 #pragma unroll
@@ -580,7 +614,6 @@ __device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
       }
     }
   }
-  milestone(a, kStored, 0);
 }
 
 // wgmma variant: warpgroup g (0, 1) owns dims 256 g + [0, 256) of all 64 rows, as two halves of
@@ -590,6 +623,8 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
   const int d0 = 256 * g;
   const int row = 16 * w + (lane >> 2);  // and row + 8
   const bool skip = (a.ablate & kAblatePv) != 0;
+  RoleClock clk(a, g == 0 ? 2 : 3);  // slots: waits, rescale, MMAs, arrives, end wait, stores
+  if (g != 0) clk.out = nullptr;     // warpgroup 2 only
   float o[2][64];
 #pragma unroll
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
@@ -598,7 +633,7 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
     const int b = i % kPBufs;
     ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
     ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    if (i < 2 || i == c.n - 1) milestone(a, kGotP, i);
+    clk.lap(0);
     const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
     const float c0 = corr_s[row], c1 = corr_s[row + 8];
     if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
@@ -613,6 +648,7 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
         }
       }
     }
+    clk.lap(1);
     if (!skip) {
       const uint32_t pt = c.sbase + kPOff + b * kPBytes;
       const uint32_t vt = c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128);
@@ -631,11 +667,13 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
     }
+    clk.lap(2);
     ptx::mbar_arrive(c.p_empty(b));
     ptx::mbar_arrive(c.k_empty(stage));
-    if (i < 2 || i == c.n - 1) milestone(a, kPvDone, i);
+    clk.lap(3);
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
+  clk.lap(4);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row + 8 * half;
@@ -647,7 +685,8 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
            o[j >> 4][4 * (j & 15) + 2 * half + 1]);
     }
   }
-  milestone(a, kStored, 0);
+  clk.lap(5);
+  clk.store(c.n);
 }
 
 __device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int32_t width) {
@@ -680,8 +719,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
   c.tile0 = c.split * per_split;
   c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
-
-  milestone(a, kStart, 0);
   // Q rows of the group, swizzled; heads past the group are zero rows. Eight 16-byte loads per
   // thread, all in flight before the first store.
   constexpr int kQLoads = kGroupHeads * (kHeadDim / 8) / kThreads;
@@ -714,7 +751,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
-  milestone(a, kPrologue, 0);
 
   const int wg = tid >> 7;
   if (wg == 0) {
@@ -811,28 +847,6 @@ bool use_wgmma_qk(int num_heads) {
   return forced >= 0 ? forced == 1 : num_heads > 32;
 }
 
-// Development: the recorded milestones, per CTA, in us from that CTA's start.
-void print_timeline(const unsigned long long* device_timeline) {
-  static const char* const kNames[] = {"start",   "prologue", "landed",  "decoded", "qk got K",
-                                       "wrote P", "pv got P", "pv done", "stored"};
-  std::vector<unsigned long long> h(1 + 2 * kTimelineEntries);
-  cudaDeviceSynchronize();
-  cudaMemcpy(h.data(), device_timeline, h.size() * 8, cudaMemcpyDeviceToHost);
-  const unsigned long long n = std::min<unsigned long long>(h[0], kTimelineEntries);
-  std::vector<std::pair<unsigned long long, unsigned long long>> ev;  // (time, key)
-  for (unsigned long long k = 0; k < n; ++k) ev.push_back({h[2 + 2 * k], h[1 + 2 * k]});
-  std::sort(ev.begin(), ev.end());
-  for (int cta = 0; cta < 2; ++cta) {
-    unsigned long long t0 = 0;
-    for (const auto& [t, key] : ev) {
-      if (static_cast<int>(key >> 40) != cta) continue;
-      if (t0 == 0) t0 = t;
-      std::printf("timeline cta %s wg %llu %-9s %4llu %8.2f us\n", cta == 0 ? "first" : "last",
-                  (key >> 16) & 15, kNames[(key >> 20) & 15], key & 0xffff, (t - t0) / 1000.0);
-    }
-  }
-}
-
 // PV with wgmma unless SPARSE_SWA_ATTENTION_PV=mma.
 bool use_wgmma_pv() {
   static const bool forced_mma = [] {
@@ -840,6 +854,32 @@ bool use_wgmma_pv() {
     return v != nullptr && std::strcmp(v, "mma") == 0;
   }();
   return !forced_mma;
+}
+
+// Development: the per-role cycle accounts, averaged over the CTAs, per CTA and per tile.
+void print_profile(const unsigned long long* device_profile, int64_t ctas) {
+  static const char* const kRoles[] = {"producer", "qk", "pv"};
+  static const char* const kSlots[3][7] = {
+      {"landed wait", "stage wait", "decode", "gather", "", "", ""},
+      {"K wait", "QK MMAs", "softmax", "P-buffer wait", "P stores", "", ""},
+      {"P/K wait", "rescale", "PV MMAs", "arrives", "end wait", "stores", ""}};
+  const int64_t n = std::min<int64_t>(ctas, kMaxProfiledCtas);
+  std::vector<unsigned long long> h(1 + n * 3 * 8);
+  cudaDeviceSynchronize();
+  cudaMemcpy(h.data(), device_profile, h.size() * 8, cudaMemcpyDeviceToHost);
+  for (int role = 0; role < 3; ++role) {
+    double tiles = 0, sum[7] = {};
+    for (int64_t cta = 0; cta < n; ++cta) {
+      const unsigned long long* v = h.data() + 1 + (cta * 3 + role) * 8;
+      tiles += v[7];
+      for (int k = 0; k < 7; ++k) sum[k] += v[k];
+    }
+    for (int k = 0; k < 7; ++k) {
+      if (kSlots[role][k][0] == 0) continue;
+      std::printf("profile %-8s %-13s %10.0f cycles/CTA %8.0f cycles/tile\n", kRoles[role],
+                  kSlots[role][k], sum[k] / n, tiles > 0 ? sum[k] / tiles : 0.0);
+    }
+  }
 }
 
 template <bool kWgmma, bool kWgmmaPv>
@@ -946,10 +986,15 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
                             p.num_heads, " heads, got ", p.num_tokens);
   }
   static unsigned long long* timeline = nullptr;
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
   const bool record = (ablate & kTimeline) && !stream_capturing(stream);
+#else
+  const bool record = false;
+#endif
   if (record) {
-    if (timeline == nullptr) cudaMalloc(&timeline, (1 + 2 * kTimelineEntries) * 8);
-    cudaMemset(timeline, 0, (1 + 2 * kTimelineEntries) * 8);
+    const size_t bytes = (1 + size_t{kMaxProfiledCtas} * 3 * 8) * 8;
+    if (timeline == nullptr) cudaMalloc(&timeline, bytes);
+    cudaMemset(timeline, 0, bytes);
     a.timeline = timeline;
   }
   // Three variants: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas cannot fit
@@ -959,7 +1004,7 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
       qk ? (pv ? launch_kernel<true, true>(a, stream) : launch_kernel<true, false>(a, stream))
          : launch_kernel<false, false>(a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
-  if (record) print_timeline(timeline);
+  if (record) print_profile(timeline, blocks);
   if (plan.splits > 1) {
     const int64_t rows = p.num_tokens * p.num_heads;
     ds_mla_merge_kernel<<<static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps),

@@ -59,14 +59,16 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-// Waits until the phase with this parity has completed (acquire).
+// Waits until the phase with this parity has completed (acquire). The suspend-time hint lets the
+// hardware park the warp until the phase completes instead of returning at once, so waiting
+// warps do not take issue slots from working ones.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n .reg .pred done;\n"
       "WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
       " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
+      "r"(parity), "r"(1000000)
       : "memory");
 }
 // Barrier `id` (1..15) among `threads` threads (a multiple of 32).

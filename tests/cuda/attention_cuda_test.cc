@@ -645,5 +645,57 @@ TEST(AttentionCuda, HostPointersAreRefusedBeforeLaunch) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  // fp8_ds_mla rows around 2^16 and 2^-110 (scale bytes near 136 and 10) beside ordinary rows;
+  // tokens draw their keys from one class or from all three. Queries that meet 2^16 keys are scaled
+  // by 2^-16 so the scores stay near 1 (an lse near 2^16 would leave fp32 too few digits for the
+  // comparison).
+  const int32_t kSlots = 512, T = 12, H = 64, W = 96;
+  HostCache cache(kDs, 64, kSlots, 41);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> rows(int64_t{kSlots} * kHeadDim);
+  std::vector<int64_t> slots(kSlots);
+  for (int32_t s = 0; s < kSlots; ++s) {
+    const float scale = s % 3 == 0 ? 0x1p16f : (s % 3 == 1 ? 0x1p-110f : 1.0f);
+    for (int d = 0; d < kHeadDim; ++d) {
+      // Large rows positive: weighted sums of +-2^16 that cancel to ~1 would leave fp32 (ours and
+      // the fp32 reference's, in different orders) a few digits only.
+      const float x = normal(rng);
+      rows[int64_t{s} * kHeadDim + d] = (s % 3 == 0 ? std::abs(x) + 0.5f : x) * scale;
+    }
+    slots[s] = s;
+  }
+  SPARSE_SWA_ASSERT_OK(
+      encode_kv_rows({rows.data(), kSlots, kHeadDim, kHeadDim}, slots, cache.view()));
+  IndexRows idx(T, W, W);
+  for (int32_t t = 0; t < T; ++t) {
+    idx.lens[t] = W - t;
+    for (int32_t j = 0; j < W; ++j) {
+      const int32_t pick = static_cast<int32_t>(rng() % (kSlots / 3));
+      idx.data[t * W + j] = t % 4 == 3 ? static_cast<int32_t>(rng() % kSlots) : 3 * pick + t % 4;
+    }
+  }
+  std::vector<uint16_t> q = random_q(int64_t{T} * H, 43);
+  for (int32_t t = 0; t < T; ++t) {
+    if (t % 4 == 1 || t % 4 == 2) continue;
+    for (int64_t i = int64_t{t} * H * kHeadDim; i < int64_t{t + 1} * H * kHeadDim; ++i) {
+      q[i] = fp8::float_to_bf16(fp8::bf16_to_float(q[i]) * 0x1p-16f);  // exact
+    }
+  }
+  SparseAttentionParams hp;
+  hp.num_tokens = T;
+  hp.num_heads = H;
+  hp.q = q.data();
+  hp.swa_cache = cache.view();
+  hp.swa_indices = idx.view();
+  DeviceProblem dev(hp, cache, idx, nullptr, nullptr, q, {});
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Errors e = compare(hp, dev.out(), dev.lse());
+  EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
 }  // namespace
 }  // namespace sparse_swa
