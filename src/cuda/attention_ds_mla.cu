@@ -224,19 +224,33 @@ __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const 
   if (part == 0) c.base[kValidRawOff + (i % kRawStages) * kKeys + key] = k.data != nullptr;
 }
 
-// Two e4m3 codes (low byte first) times 2^(s - 127) as a bf16 pair; exact (NaN stays NaN).
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale, bool huge) {
+// Two e4m3 codes (low byte first) times `scale` = 2^(s - 127) as a bf16 pair; exact (NaN stays
+// NaN). kHuge (s = 255): 2^128 is not a float; scale by 2^127, then by 2, as the CPU does.
+template <bool kHuge>
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   float2 f = __half22float2(__half2(h));
   f.x *= scale;
   f.y *= scale;
-  if (huge) {  // s = 255: 2^128 is not a float; scale by 2^127, then by 2, as the CPU does
+  if constexpr (kHuge) {
     f.x *= 2.0f;
     f.y *= 2.0f;
   }
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<const uint32_t*>(&b);
+}
+// 16 e4m3 codes -> 16 bf16 (lo: the first 8).
+template <bool kHuge>
+__device__ __forceinline__ void decode_chunk(const uint4& v, float scale, uint4& lo, uint4& hi) {
+  lo.x = e4m3x2_to_bf16x2<kHuge>(v.x, scale);
+  lo.y = e4m3x2_to_bf16x2<kHuge>(v.x >> 16, scale);
+  lo.z = e4m3x2_to_bf16x2<kHuge>(v.y, scale);
+  lo.w = e4m3x2_to_bf16x2<kHuge>(v.y >> 16, scale);
+  hi.x = e4m3x2_to_bf16x2<kHuge>(v.z, scale);
+  hi.y = e4m3x2_to_bf16x2<kHuge>(v.z >> 16, scale);
+  hi.z = e4m3x2_to_bf16x2<kHuge>(v.w, scale);
+  hi.w = e4m3x2_to_bf16x2<kHuge>(v.w >> 16, scale);
 }
 
 // Raw stage (i & 1) -> K stage, swizzled bf16; invalid keys become zero rows. 128 threads, 4 per
@@ -256,18 +270,14 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
       const int ch = part + 4 * r;
       const uint4 v = *reinterpret_cast<const uint4*>(src + ch * 16);
       const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
-      const bool huge = sb == 255;
-      // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127).
-      const float scale = __uint_as_float(sb == 0 ? 0x00400000u : (huge ? 254u : sb) << 23);
       uint4 lo, hi;
-      lo.x = e4m3x2_to_bf16x2(v.x, scale, huge);
-      lo.y = e4m3x2_to_bf16x2(v.x >> 16, scale, huge);
-      lo.z = e4m3x2_to_bf16x2(v.y, scale, huge);
-      lo.w = e4m3x2_to_bf16x2(v.y >> 16, scale, huge);
-      hi.x = e4m3x2_to_bf16x2(v.z, scale, huge);
-      hi.y = e4m3x2_to_bf16x2(v.z >> 16, scale, huge);
-      hi.z = e4m3x2_to_bf16x2(v.w, scale, huge);
-      hi.w = e4m3x2_to_bf16x2(v.w >> 16, scale, huge);
+      if (sb != 255) {
+        // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127).
+        const float scale = __uint_as_float(sb == 0 ? 0x00400000u : sb << 23);
+        decode_chunk<false>(v, scale, lo, hi);
+      } else {
+        decode_chunk<true>(v, __uint_as_float(254u << 23), lo, hi);
+      }
       *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kKeys)) = lo;
       *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kKeys)) = hi;
     }
