@@ -3,13 +3,13 @@
 #include <limits>
 #include <vector>
 
+#include "common/int_limits.h"
 #include "cpu/consumers_internal.h"
 
 namespace sparse_swa {
 
 namespace {
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kPrefillTopkAlignment = 128;  // FlashMLA prefill: topk % B_TOPK == 0
 
 // Checks the chunk against the host lens of the metadata and resolves its token range.

@@ -2,12 +2,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/int_limits.h"
 #include "cpu/consumers_internal.h"
 
 namespace sparse_swa {
 
 namespace {
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 const char* space_name(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }
 }  // namespace

@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/int_limits.h"
 #include "common/swa_formulas.h"
 
 namespace sparse_swa::detail {
-
-namespace {
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-}  // namespace
 
 CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
     : MetadataBuilder(config, derived) {

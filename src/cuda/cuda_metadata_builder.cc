@@ -9,60 +9,12 @@
 #include <vector>
 
 #include "batch_checks.h"
+#include "cuda/cuda_utils.h"
 #include "cuda/metadata_kernel.cuh"
 
 namespace sparse_swa::detail {
 
 namespace {
-
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return internal_error(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
-}
-
-// Owning device allocation.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  Status allocate(size_t n) {
-    size_ = n;
-    if (n == 0) return Status::Ok();
-    return cuda_status(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)), "cudaMalloc");
-  }
-  T* get() const { return ptr_; }
-  size_t size() const { return size_; }
-  size_t bytes() const { return size_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t size_ = 0;
-};
-
-// Owning pinned host allocation.
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-  }
-  Status allocate(size_t n) {
-    if (n == 0) return Status::Ok();
-    return cuda_status(cudaMallocHost(reinterpret_cast<void**>(&ptr_), n * sizeof(int32_t)),
-                       "cudaMallocHost");
-  }
-  int32_t* get() const { return ptr_; }
-
- private:
-  int32_t* ptr_ = nullptr;
-};
 
 class CudaMetadataBuilder final : public MetadataBuilder {
  public:
@@ -89,23 +41,23 @@ class CudaMetadataBuilder final : public MetadataBuilder {
 
   cudaStream_t stream_;
   MetadataKernelLauncher launcher_;
-  int32_t last_decode_query_len_ = 0;           // the last build's hint, reused by the draft update
-  DeviceArray<int32_t> token_to_req_;           // [max_tokens]
-  DeviceArray<uint8_t> is_valid_;               // [max_tokens]
-  DeviceArray<int32_t> decode_rows_;            // [max_tokens, W]
-  DeviceArray<int32_t> decode_rows_noncausal_;  // [max_tokens, Wn] (DSpark)
-  DeviceArray<int32_t> decode_lens_;            // [max_tokens]
-  DeviceArray<int32_t> prefill_rows_;           // [max_tokens, W + Mi]
-  DeviceArray<int32_t> prefill_lens_;           // [max_tokens]
-  DeviceArray<int32_t> left_visible_;           // [max_tokens] (vision)
-  DeviceArray<int32_t> right_visible_;          // [max_tokens] (vision)
-  DeviceArray<int32_t> spans_;                  // packed [max_seqs + 1 + 2 * max_tokens]
-  DeviceArray<int32_t> gather_lens_;            // [max_seqs]
-  DeviceArray<uint32_t> error_word_;            // [1]
+  int32_t last_decode_query_len_ = 0;   // the last build's hint, reused by the draft update
+  DeviceBuffer<int32_t> token_to_req_;  // [max_tokens]
+  DeviceBuffer<uint8_t> is_valid_;      // [max_tokens]
+  DeviceBuffer<int32_t> decode_rows_;   // [max_tokens, W]
+  DeviceBuffer<int32_t> decode_rows_noncausal_;  // [max_tokens, Wn] (DSpark)
+  DeviceBuffer<int32_t> decode_lens_;            // [max_tokens]
+  DeviceBuffer<int32_t> prefill_rows_;           // [max_tokens, W + Mi]
+  DeviceBuffer<int32_t> prefill_lens_;           // [max_tokens]
+  DeviceBuffer<int32_t> left_visible_;           // [max_tokens] (vision)
+  DeviceBuffer<int32_t> right_visible_;          // [max_tokens] (vision)
+  DeviceBuffer<int32_t> spans_;                  // packed [max_seqs + 1 + 2 * max_tokens]
+  DeviceBuffer<int32_t> gather_lens_;            // [max_seqs]
+  DeviceBuffer<uint32_t> error_word_;            // [1]
   // Host side: span CSR scratch and two pinned staging buffers for the one span upload per
   // step (two, so the host never overwrites a buffer whose copy may still be pending).
   std::vector<int32_t> span_indptr_, span_starts_, span_ends_;
-  PinnedArray staging_[2];
+  PinnedBuffer<int32_t> staging_[2];
   cudaEvent_t staging_done_[2] = {nullptr, nullptr};
   int next_staging_ = 0;
   std::vector<int32_t> prefill_seq_lens_;    // [max_seqs] host
@@ -116,8 +68,8 @@ class CudaMetadataBuilder final : public MetadataBuilder {
   // the build's kernel; see MetadataKernelParams).
   DraftUpdateRecord last_build_;
   std::vector<int32_t> build_query_start_loc_host_;  // [max_seqs + 1]
-  DeviceArray<int32_t> build_query_start_loc_;       // [max_seqs + 1]
-  DeviceArray<uint8_t> build_valid_;                 // [max_tokens]
+  DeviceBuffer<int32_t> build_query_start_loc_;      // [max_seqs + 1]
+  DeviceBuffer<uint8_t> build_valid_;                // [max_tokens]
 };
 
 Status CudaMetadataBuilder::allocate() {
@@ -211,7 +163,7 @@ MetadataKernelParams CudaMetadataBuilder::base_params(const BatchInput& b) const
   p.seq_lens = b.seq_lens.data();
   p.block_table = b.block_table.data;
   p.block_table_stride = b.block_table.stride;
-  p.block_table_cols = static_cast<int32_t>(std::min<int64_t>(b.block_table.cols, INT32_MAX));
+  p.block_table_cols = static_cast<int32_t>(std::min<int64_t>(b.block_table.cols, kInt32Max));
   p.slot_mapping = b.slot_mapping.data();
   p.num_reqs = b.num_reqs();
   p.num_tokens = b.num_tokens();
@@ -387,15 +339,6 @@ Status CudaMetadataBuilder::take_device_error() {
 }
 
 }  // namespace
-
-bool cuda_device_usable() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return count > 0;
-}
 
 StatusOr<std::unique_ptr<MetadataBuilder>> create_cuda_metadata_builder(
     const BuilderConfig& config, const DerivedConfig& derived, void* cuda_stream) {

@@ -3,32 +3,25 @@
 
 #include <cstddef>
 
-#include "sparse_swa/status.h"
+#include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {
 
-namespace {
-Status check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return internal_error(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
-}
-}  // namespace
-
 Status device_alloc(void** ptr, size_t bytes) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
+  if (!cuda_device_usable()) {
     *ptr = nullptr;
     return unavailable("device memory: no usable CUDA device");
   }
-  return check(cudaMalloc(ptr, bytes), "cudaMalloc");
+  return cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc");
 }
 void device_free(void* ptr) { cudaFree(ptr); }
 Status copy_host_to_device(void* dst, const void* src, size_t bytes) {
-  return check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(host to device)");
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+                     "cudaMemcpy(host to device)");
 }
 Status copy_device_to_host(void* dst, const void* src, size_t bytes) {
-  return check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(device to host)");
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+                     "cudaMemcpy(device to host)");
 }
 
 }  // namespace sparse_swa::detail

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
+#include "cuda/cuda_utils.h"
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/random_batch.h"
@@ -37,21 +39,15 @@ int env_int(const char* name, int fallback) {
 // Device allocations of one test case, freed together.
 class Arena {
  public:
-  Arena() = default;
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  ~Arena() {
-    for (void* p : blocks_) cudaFree(p);
-  }
   template <typename T>
   T* alloc(size_t n) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) {
+    auto block = std::make_unique<detail::DeviceBuffer<T>>();
+    if (!block->allocate(std::max<size_t>(n, 1)).ok())
       throw std::runtime_error("cudaMalloc failed");
-    }
-    blocks_.push_back(p);
+    T* p = block->get();
+    blocks_.push_back(std::shared_ptr<void>(std::move(block)));
     cudaMemset(p, kPoisonByte, std::max<size_t>(n, 1) * sizeof(T));
-    return static_cast<T*>(p);
+    return p;
   }
   template <typename T>
   T* upload(const T* src, size_t n) {
@@ -80,7 +76,7 @@ class Arena {
   }
 
  private:
-  std::vector<void*> blocks_;
+  std::vector<std::shared_ptr<void>> blocks_;  // DeviceBuffers of several element types
 };
 
 Row download(const int32_t* d, size_t n) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_metadata_builder.h"
+#include "cuda/cuda_utils.h"
 #include "cuda/device_array.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
@@ -41,24 +42,16 @@ MetadataSnapshot device_snapshot(const SwaMetadata& md) {
 class DeviceBatch {
  public:
   explicit DeviceBatch(const TestBatch& b) : host_(b) { upload(); }
-  ~DeviceBatch() {
-    for (void* p : {static_cast<void*>(qsl_), static_cast<void*>(seq_), static_cast<void*>(bt_),
-                    static_cast<void*>(slots_)}) {
-      cudaFree(p);
-    }
-  }
-  DeviceBatch(const DeviceBatch&) = delete;
-  DeviceBatch& operator=(const DeviceBatch&) = delete;
 
   // Re-uploads after the host TestBatch changed in place (same shape).
   void upload() {
     host_input_ = host_.input();
-    auto put = [](auto** dst, const auto* src, size_t n) {
-      using T = std::remove_pointer_t<std::remove_reference_t<decltype(*dst)>>;
-      const size_t bytes = std::max<size_t>(1, n) * sizeof(T);
-      if (*dst == nullptr) ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(dst), bytes), cudaSuccess);
-      if (n > 0)
-        ASSERT_EQ(cudaMemcpy(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    auto put = [](auto* dst, const auto* src, size_t n) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
+      if (dst->get() == nullptr) ASSERT_TRUE(dst->allocate(std::max<size_t>(1, n)).ok());
+      if (n > 0) {
+        ASSERT_EQ(cudaMemcpy(dst->get(), src, n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+      }
     };
     const auto& bt = host_input_.block_table;
     put(&qsl_, host_input_.query_start_loc.data(), host_input_.query_start_loc.size());
@@ -69,25 +62,23 @@ class DeviceBatch {
 
   BatchInput input() const {
     BatchInput in = host_input_;
-    in.query_start_loc = {qsl_, host_input_.query_start_loc.size()};
-    in.seq_lens = {seq_, host_input_.seq_lens.size()};
-    in.block_table.data = bt_;
+    in.query_start_loc = {qsl_.get(), host_input_.query_start_loc.size()};
+    in.seq_lens = {seq_.get(), host_input_.seq_lens.size()};
+    in.block_table.data = bt_.get();
     in.block_table.space = MemorySpace::kDevice;
-    in.slot_mapping = {slots_, host_input_.slot_mapping.size()};
+    in.slot_mapping = {slots_.get(), host_input_.slot_mapping.size()};
     in.query_start_loc_host = host_input_.query_start_loc;
     in.seq_lens_host = host_input_.seq_lens;
     return in;
   }
-  int32_t* device_qsl() { return qsl_; }
-  int32_t* device_seq_lens() { return seq_; }
+  int32_t* device_qsl() { return qsl_.get(); }
+  int32_t* device_seq_lens() { return seq_.get(); }
 
  private:
   const TestBatch& host_;
   BatchInput host_input_;
-  int32_t* qsl_ = nullptr;
-  int32_t* seq_ = nullptr;
-  int32_t* bt_ = nullptr;
-  int64_t* slots_ = nullptr;
+  detail::DeviceBuffer<int32_t> qsl_, seq_, bt_;
+  detail::DeviceBuffer<int64_t> slots_;
 };
 
 std::unique_ptr<MetadataBuilder> make(const BuilderConfig& c, Backend backend,

@@ -1,4 +1,5 @@
-// Test helpers for the CUDA suites: skipping without a device, and an owned device array.
+// Test helpers for the CUDA suites: skipping without a device, and an owned device array (a
+// DeviceBuffer of src/cuda/cuda_utils.h that reports failures as test failures).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "cuda/cuda_utils.h"
 #include "sparse_swa/metadata_builder.h"
 
 #define SKIP_WITHOUT_GPU() \
@@ -20,31 +22,26 @@ template <typename T>
 class DeviceArray {
  public:
   explicit DeviceArray(size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
+    const Status st = buffer_.allocate(std::max<size_t>(n, 1));
+    EXPECT_TRUE(st.ok()) << st.to_string();
   }
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
   void upload(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+    EXPECT_EQ(cudaMemcpy(get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
               cudaSuccess);
   }
   std::vector<T> download() const {
     std::vector<T> host(n_);
-    EXPECT_EQ(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return host;
   }
   // Fills every byte with 0xff, so a check cannot pass on values an earlier run left.
-  void poison() {
-    EXPECT_EQ(cudaMemset(p_, 0xff, std::max<size_t>(n_, 1) * sizeof(T)), cudaSuccess);
-  }
-  T* get() const { return p_; }
+  void poison() { EXPECT_EQ(cudaMemset(get(), 0xff, buffer_.bytes()), cudaSuccess); }
+  T* get() const { return buffer_.get(); }
 
  private:
   size_t n_;
-  T* p_ = nullptr;
+  detail::DeviceBuffer<T> buffer_;
 };
 
 }  // namespace sparse_swa::testing
