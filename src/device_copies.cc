@@ -2,15 +2,9 @@
 
 #include <cstring>
 
-namespace sparse_swa {
+#include "backend.h"
 
-namespace detail {
-// Implemented in src/cuda/device_memory.cc in CUDA builds; errors otherwise.
-Status device_alloc(void** ptr, size_t bytes);
-void device_free(void* ptr);
-Status copy_host_to_device(void* dst, const void* src, size_t bytes);
-Status copy_device_to_host(void* dst, const void* src, size_t bytes);
-}  // namespace detail
+namespace sparse_swa {
 
 namespace {
 
@@ -20,7 +14,7 @@ Status copy_to_host(void* dst, const void* src, size_t bytes, MemorySpace space)
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
-  return detail::copy_device_to_host(dst, src, bytes);
+  return detail::cuda_copy_device_to_host(dst, src, bytes);
 }
 
 template <typename T>
@@ -67,22 +61,22 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
   auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
   const size_t off_seq = align8(qsl_bytes), off_bt = off_seq + align8(seq_bytes),
                off_slot = off_bt + align8(bt_bytes), total = off_slot + align8(slot_bytes) + 8;
-  SPARSE_SWA_RETURN_IF_ERROR(detail::device_alloc(&d->device_, total));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_device_alloc(&d->device_, total));
   auto* base = static_cast<char*>(d->device_);
   if (qsl_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base, host.query_start_loc.data(), qsl_bytes));
+        detail::cuda_copy_host_to_device(base, host.query_start_loc.data(), qsl_bytes));
   }
   if (seq_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base + off_seq, host.seq_lens.data(), seq_bytes));
+        detail::cuda_copy_host_to_device(base + off_seq, host.seq_lens.data(), seq_bytes));
   }
   if (bt_bytes > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(detail::copy_host_to_device(base + off_bt, bt.data, bt_bytes));
+    SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_copy_host_to_device(base + off_bt, bt.data, bt_bytes));
   }
   if (slot_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
+        detail::cuda_copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
   }
   BatchInput& in = d->input_;
   in = host;
@@ -98,7 +92,7 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
 }
 
 DeviceBatch::~DeviceBatch() {
-  if (device_ != nullptr) detail::device_free(device_);
+  if (device_ != nullptr) detail::cuda_device_free(device_);
 }
 
 StatusOr<std::unique_ptr<HostMetadata>> copy_metadata_to_host(const SwaMetadata& md) {

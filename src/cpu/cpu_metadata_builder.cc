@@ -1,8 +1,9 @@
 #include "cpu/cpu_metadata_builder.h"
 
 #include <algorithm>
-#include <limits>
+#include <new>
 
+#include "backend.h"
 #include "common/int_limits.h"
 #include "common/swa_formulas.h"
 
@@ -257,6 +258,18 @@ Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMeta
              last_build_.decode_rows, last_build_.decode_width, decode_lens_.data());
   md->tile_schedulers = derived().layer_types;
   return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<MetadataBuilder>> create_cpu_metadata_builder(
+    const BuilderConfig& config, const DerivedConfig& derived) {
+  try {
+    return std::unique_ptr<MetadataBuilder>(new CpuMetadataBuilder(config, derived));
+  } catch (const std::bad_alloc&) {
+    return unavailable(
+        "MetadataBuilder::create: out of host memory for the persistent buffers "
+        "(max_num_batched_tokens = ",
+        config.max_num_batched_tokens, ")");
+  }
 }
 
 }  // namespace sparse_swa::detail

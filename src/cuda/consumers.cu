@@ -1,4 +1,4 @@
-// CUDA versions of the index consumers (src/cpu/*: the reference they match bit for bit).
+// CUDA versions of the index consumers (src/cpu/: the reference they match bit for bit).
 // One warp per output row; every read is bounds-checked against the shapes the host checked, and
 // a row whose metadata is inconsistent (the CPU reports an error) becomes -1 with lens 0, so no
 // input value can make a kernel fault. Launchers enqueue on the caller's stream and never sync.
@@ -6,8 +6,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "backend.h"
 #include "common/swa_formulas.h"
-#include "cpu/consumers_internal.h"
 #include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {

@@ -1,6 +1,4 @@
 // CUDA backend of MetadataBuilder: host-side checks and planning, then one kernel launch.
-#include "cuda/cuda_metadata_builder.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend.h"
 #include "batch_checks.h"
 #include "cuda/cuda_utils.h"
 #include "cuda/metadata_kernel.cuh"

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "common/fp8_e4m3.h"
 #include "cuda/cuda_utils.h"
-#include "cuda/kv_codec_launch.cuh"
 
 namespace sparse_swa::detail {
 namespace {

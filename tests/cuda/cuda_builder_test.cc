@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_metadata_builder.h"
+#include "backend.h"
 #include "cuda/cuda_utils.h"
 #include "cuda/device_array.h"
 #include "sparse_swa/metadata_builder.h"

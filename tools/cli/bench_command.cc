@@ -13,13 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"  // the builder's own launch with no rows, for the launch floor
 #include "commands.h"
 #include "sparse_swa/device_copies.h"
 
 #if SPARSE_SWA_HAS_CUDA
 #include <cuda_runtime.h>
-
-#include "cuda/metadata_kernel.cuh"  // the builder's own launch, for the launch floor
 #endif
 
 namespace sparse_swa::cli {
@@ -218,19 +217,16 @@ StatusOr<Floors> measure_floors(cudaStream_t stream) {
   cudaFree(p);
   SPARSE_SWA_RETURN_IF_ERROR(memset.status());
   f.memset_us = memset.value();
-  int device = 0;
-  detail::MetadataKernelLauncher launcher;
-  SPARSE_SWA_RETURN_IF_ERROR(cuda_check(cudaGetDevice(&device), "cudaGetDevice"));
-  SPARSE_SWA_RETURN_IF_ERROR(
-      cuda_check(detail::init_metadata_kernel_launcher(device, &launcher), "kernel launcher"));
-  const detail::MetadataKernelParams no_rows{};
+  detail::MetadataLaunchProbe launcher;
+  SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_init_metadata_launch_probe(&launcher));
   auto launch = round_trip_floor(
-      stream, [&] { detail::launch_metadata_kernel(no_rows, launcher, stream); },
+      stream,
+      [&] { (void)detail::cuda_launch_metadata_kernel_without_rows(launcher, stream, true); },
       &f.launch_enqueue_us);
   SPARSE_SWA_RETURN_IF_ERROR(launch.status());
   f.launch_us = launch.value();
   auto per_launch = device_time_per_call(stream, [&] {
-    return cuda_check(detail::launch_metadata_kernel(no_rows, launcher, stream), "launch");
+    return detail::cuda_launch_metadata_kernel_without_rows(launcher, stream, true);
   });
   SPARSE_SWA_RETURN_IF_ERROR(per_launch.status());
   f.launch_device_us = per_launch.value();
