@@ -81,12 +81,10 @@ Status sparse_attention_reference(const SparseAttentionParams& params, double* o
   return detail::cpu_sparse_attention_reference(params, out, lse);
 }
 
-Status sparse_attention(const SparseAttentionParams& params, Backend backend, void* cuda_stream) {
-  if (backend == Backend::kCuda) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(params, MemorySpace::kDevice));
-    return detail::cuda_sparse_attention(params, cuda_stream);
-  }
-  SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(params, MemorySpace::kHost));
+Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream) {
+  const MemorySpace space = params.swa_indices.space;
+  SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(params, space));
+  if (space == MemorySpace::kDevice) return detail::cuda_sparse_attention(params, cuda_stream);
   return detail::cpu_sparse_attention(params);
 }
 

@@ -116,7 +116,7 @@ Result run(SparseAttentionParams p) {
   r.ref_lse.assign(std::max<int64_t>(1, n), std::nan(""));
   p.out = r.out.data();
   p.lse = r.lse.data();
-  r.status = sparse_attention(p, Backend::kCpu);
+  r.status = sparse_attention(p);
   if (r.status.ok()) {
     const Status s = sparse_attention_reference(p, r.ref_out.data(), r.ref_lse.data());
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -413,7 +413,7 @@ TEST(AttentionCpu, ZeroTokensIsANoOp) {
   p.num_heads = 4;
   p.swa_cache = cache.view();
   p.swa_indices = rows.view();
-  SPARSE_SWA_EXPECT_OK(sparse_attention(p, Backend::kCpu));
+  SPARSE_SWA_EXPECT_OK(sparse_attention(p));
 }
 
 // ---- errors ----
@@ -444,30 +444,29 @@ TEST_F(AttentionErrors, HeadCountAndScale) {
   for (int h : {0, -1, 129}) {
     SparseAttentionParams bad = p();
     bad.num_heads = h;
-    EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+    EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                   {"params.num_heads: expected 1..128, got " + std::to_string(h)}));
   }
   SparseAttentionParams bad = p();
   bad.softmax_scale = std::nanf("");
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
-                                {"params.softmax_scale: expected a finite value"}));
+  EXPECT_TRUE(
+      IsInvalidArgument(sparse_attention(bad), {"params.softmax_scale: expected a finite value"}));
   bad = p();
   bad.num_tokens = -3;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
-                                {"params.num_tokens: expected >= 0, got -3"}));
+  EXPECT_TRUE(
+      IsInvalidArgument(sparse_attention(bad), {"params.num_tokens: expected >= 0, got -3"}));
 }
 
 TEST_F(AttentionErrors, NullBuffers) {
   SparseAttentionParams bad = p();
   bad.q = nullptr;
-  EXPECT_TRUE(
-      IsInvalidArgument(sparse_attention(bad, Backend::kCpu), {"params.q: null with 2 tokens"}));
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad), {"params.q: null with 2 tokens"}));
   bad = p();
   bad.lse = nullptr;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu), {"params.lse: null"}));
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad), {"params.lse: null"}));
   bad = p();
   bad.out = nullptr;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu), {"params.out: null"}));
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad), {"params.out: null"}));
   EXPECT_TRUE(IsInvalidArgument(sparse_attention_reference(p(), nullptr, nullptr),
                                 {"null reference outputs"}));
 }
@@ -475,26 +474,25 @@ TEST_F(AttentionErrors, NullBuffers) {
 TEST_F(AttentionErrors, IndexViewShapes) {
   SparseAttentionParams bad = p();
   bad.num_tokens = 3;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.swa_indices.rows: expected num_tokens 3, got 2"}));
   rows_.lens[1] = 9;
-  EXPECT_TRUE(
-      IsInvalidArgument(sparse_attention(p(), Backend::kCpu),
-                        {"params.swa_indices.lens[1]: expected 0..8 (the row width), got 9"}));
+  EXPECT_TRUE(IsInvalidArgument(
+      sparse_attention(p()), {"params.swa_indices.lens[1]: expected 0..8 (the row width), got 9"}));
   rows_.lens[1] = 1;
   bad = p();
   bad.swa_indices.row_stride = 4;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.swa_indices.row_stride: expected >= width 8, got 4"}));
   bad = p();
   IndexRows short_extra(1, 4);
   bad.extra_cache = cache_.view();
   bad.extra_indices = short_extra.view();
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.extra_indices.rows: expected num_tokens 2, got 1"}));
   bad = p();
   bad.extra_indices = extra_.view();  // extra cache left empty (block_size 0)
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.extra_cache.block_size: expected >= 1, got 0"}));
 }
 
@@ -502,7 +500,7 @@ TEST_F(AttentionErrors, OutOfRangeIndexInsideTheLengthNamesTheEntry) {
   rows_.set(1, {3, 5, 128}, 3);  // the cache has 4 blocks * 32 = 128 slots
   std::fill(out_.begin(), out_.end(), 0x1234);
   EXPECT_TRUE(IsInvalidArgument(
-      sparse_attention(p(), Backend::kCpu),
+      sparse_attention(p()),
       {"params.swa_indices[1][2]: slot 128 is outside the cache (num_blocks * block_size = 128)"}));
   for (uint16_t v : out_) ASSERT_EQ(v, 0x1234);  // nothing written
   SparseAttentionParams with_extra = p();
@@ -510,7 +508,7 @@ TEST_F(AttentionErrors, OutOfRangeIndexInsideTheLengthNamesTheEntry) {
   extra_.set(0, {1, 2, 3, 999}, 4);
   with_extra.extra_cache = cache_.view();
   with_extra.extra_indices = extra_.view();
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra),
                                 {"params.extra_indices[0][3]: slot 999 is outside the cache"}));
 }
 
@@ -519,7 +517,7 @@ TEST_F(AttentionErrors, IndexBelowMinusOneInsideTheLengthNamesTheEntry) {
   rows_.set(0, {0, -5, 2}, 3);
   std::fill(out_.begin(), out_.end(), 0x1234);
   EXPECT_TRUE(IsInvalidArgument(
-      sparse_attention(p(), Backend::kCpu),
+      sparse_attention(p()),
       {"params.swa_indices[0][1]: slot -5 is below -1 (expected -1 for a hole or a slot in [0, "
        "128))"}));
   for (uint16_t v : out_) ASSERT_EQ(v, 0x1234);  // nothing written
@@ -528,39 +526,47 @@ TEST_F(AttentionErrors, IndexBelowMinusOneInsideTheLengthNamesTheEntry) {
   SparseAttentionParams with_extra = p();
   with_extra.extra_cache = cache_.view();
   with_extra.extra_indices = extra_.view();
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra),
                                 {"params.extra_indices[1][1]: slot -2147483648 is below -1"}));
   std::vector<double> out(2 * 4 * kHeadDim), lse(2 * 4);
   EXPECT_TRUE(IsInvalidArgument(sparse_attention_reference(with_extra, out.data(), lse.data()),
                                 {"params.extra_indices[1][1]"}));
   extra_.set(1, {1, -5}, 1);  // past the length: never read
   with_extra.extra_indices = extra_.view();
-  SPARSE_SWA_EXPECT_OK(sparse_attention(with_extra, Backend::kCpu));
+  SPARSE_SWA_EXPECT_OK(sparse_attention(with_extra));
 }
 
 TEST_F(AttentionErrors, CacheViewProblems) {
   SparseAttentionParams bad = p();
   bad.swa_cache.page_stride_bytes = 1024;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.swa_cache.page_stride_bytes: expected >= 18688"}));
   bad = p();
   bad.swa_cache.dtype = static_cast<CacheDtype>(9);
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
                                 {"params.swa_cache.dtype: expected fp8_ds_mla, bf16 or fp8_e4m3"}));
 }
 
-TEST_F(AttentionErrors, MemorySpacesMustMatchTheBackend) {
+TEST_F(AttentionErrors, EveryViewMustLiveInTheSpaceOfTheSwaIndices) {
+  // swa_indices.space picks the backend; every other view must be in the same space.
   SparseAttentionParams bad = p();
+  bad.swa_cache.space = MemorySpace::kDevice;
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
+                                {"params.swa_cache.space: expected host, got device"}));
+  bad = p();
   bad.swa_indices.space = MemorySpace::kDevice;
-  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad, Backend::kCpu),
-                                {"params.swa_indices.space: expected host, got device"}));
-  const Status s = sparse_attention(p(), Backend::kCuda);
-  // Host views handed to the CUDA backend are refused before anything runs.
-  EXPECT_TRUE(IsInvalidArgument(s, {"params.swa_indices.space: expected device, got host"}));
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(bad),
+                                {"params.swa_cache.space: expected device, got host"}));
+  SparseAttentionParams with_extra = p();
+  with_extra.extra_indices = with_extra.swa_indices;
+  with_extra.extra_cache = with_extra.swa_cache;
+  with_extra.extra_indices.space = MemorySpace::kDevice;
+  EXPECT_TRUE(IsInvalidArgument(sparse_attention(with_extra),
+                                {"params.extra_indices.space: expected host, got device"}));
   bad = p();
   bad.swa_indices.space = MemorySpace::kDevice;
   bad.swa_cache.space = MemorySpace::kDevice;
-  const Status c = sparse_attention(bad, Backend::kCuda);
+  const Status c = sparse_attention(bad);
 #if SPARSE_SWA_HAS_CUDA
   // A host pointer: refused by the pointer check (or the whole backend when there is no GPU).
   EXPECT_TRUE(c.code() == StatusCode::kUnavailable || IsInvalidArgument(c, {"params.q"}))

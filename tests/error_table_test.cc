@@ -307,7 +307,7 @@ const std::map<std::string, ApiCase>& api_cases() {
        [] {
          SparseAttentionParams p;
          p.num_heads = 129;
-         return sparse_attention(p, Backend::kCpu);
+         return sparse_attention(p);
        }},
       {"api_attention_index_below_minus_one",
        [] {
@@ -324,7 +324,7 @@ const std::map<std::string, ApiCase>& api_cases() {
          p.swa_indices = {rows.data(), lens.data(), 1, 4, 4, 4, MemorySpace::kHost};
          p.out = out.data();
          p.lse = lse.data();
-         return sparse_attention(p, Backend::kCpu);
+         return sparse_attention(p);
        }},
       {"api_read_missing_file", [] { return read_batch_file("/nonexistent/batch.json").status(); }},
       {"api_read_directory", [] { return read_batch_file("/").status(); }},

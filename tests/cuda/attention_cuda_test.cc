@@ -389,7 +389,7 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
   if (s.split) {
     EXPECT_GT(dev.params().workspace_bytes, 0) << describe(s) << ": expected a split plan";
   }
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const Errors e = compare(hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << describe(s) << ": " << e.failures
@@ -485,7 +485,7 @@ TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
     }
   }
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(dev.bad_count(), planted);
   // The CPU refuses those entries; with -1 in their place it is the reference.
@@ -516,7 +516,7 @@ TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
     }
   }
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(dev.bad_count(), planted);
   // The CPU refuses those entries; with -1 in their place it is the reference.
@@ -538,7 +538,7 @@ TEST(AttentionCuda, DeviceLensOutsideTheWidthAreClamped) {
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
   const std::vector<int32_t> wild = {-5, 33, 1000000, 0, 32, -2147483647 - 1};
   dev.swa_lens().upload(wild);
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int t = 0; t < 6; ++t) p.rows.lens[t] = std::clamp(wild[t], 0, 32);
   const Errors e = compare(p.hp, dev.out(), dev.lse());
@@ -553,7 +553,7 @@ TEST(AttentionCuda, GraphCaptureAndReplayAfterInPlaceUpdates) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status st = sparse_attention(dev.params(), Backend::kCuda, stream);
+  const Status st = sparse_attention(dev.params(), stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   SPARSE_SWA_ASSERT_OK(st);
   cudaGraphExec_t exec;
@@ -606,7 +606,7 @@ TEST(AttentionCuda, ConstantRowsGiveTheConstantExactly) {
   hp.swa_cache = cache.view();
   hp.swa_indices = rows.view();
   DeviceProblem dev(hp, cache, rows, nullptr, nullptr, q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint16_t> out = dev.out();
   for (int64_t i = 0; i < T * H * kHeadDim; ++i)
@@ -623,7 +623,7 @@ TEST(AttentionCuda, HostStagedEntryPointMatchesTheDevicePath) {
   hp.lse = lse.data();
   SPARSE_SWA_ASSERT_OK(sparse_attention_cuda_from_host(hp));
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out, dev.out());
   const Errors e = compare(p.hp, out, lse);
@@ -636,12 +636,11 @@ TEST(AttentionCuda, HostPointersAreRefusedBeforeLaunch) {
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
   SparseAttentionParams bad = dev.params();
   bad.q = p.q.data();
-  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad, Backend::kCuda),
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
                                          {"params.q: expected device or managed memory"}));
   bad = dev.params();
   bad.swa_cache.data = p.cache.bytes.data();
-  EXPECT_TRUE(
-      testing::IsInvalidArgument(sparse_attention(bad, Backend::kCuda), {"params.swa_cache.data"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad), {"params.swa_cache.data"}));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

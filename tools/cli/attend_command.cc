@@ -140,7 +140,7 @@ Status attend_rows(const AttendOptions& o, const SparseAttentionParams& base, in
   if (o.backend == "cuda") {
     SPARSE_SWA_RETURN_IF_ERROR(sparse_attention_cuda_from_host(p));
   } else {
-    SPARSE_SWA_RETURN_IF_ERROR(sparse_attention(p, Backend::kCpu));
+    SPARSE_SWA_RETURN_IF_ERROR(sparse_attention(p));
   }
   sum->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
