@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 
+#include "batch_checks.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/kv_cache.h"
@@ -30,14 +31,49 @@ Status cuda_copy_device_to_host(void* dst, const void* src, size_t bytes);
 
 // ---------------------------------------------------------------- metadata builder
 
-StatusOr<std::unique_ptr<MetadataBuilder>> create_cpu_metadata_builder(
-    const BuilderConfig& config, const DerivedConfig& derived);
+// What a build writes, planned by the front end (metadata_builder.cc) once every host check
+// passed: the split, the image spans grouped by request, and the decode rows' kind and width.
+struct RowsPlan {
+  StepSplit split;
+  const SpanCsr* spans = nullptr;  // host CSR over the batch's requests (count may be 0)
+  bool with_image = false;         // Mi > 0, prefill tokens and at least one span
+  int32_t decode_width = 0;        // W for causal rows, Wn for DSpark non-causal rows
+};
+
+// The half of a MetadataBuilder that owns the per-token buffers and writes the rows: the CPU
+// reference (src/cpu/cpu_builder_rows.cc) or the CUDA kernel (src/cuda/cuda_builder_rows.cc).
+class BuilderRows {
+ public:
+  virtual ~BuilderRows() = default;
+  // The buffers the metadata exports, for check_batch_outside.
+  virtual void add_owned_buffers(OwnedBuffers* owned) const = 0;
+  // Writes the step's per-token outputs (mapping, validity, decode and prefill rows and lens,
+  // visibility, gather lens) and points `md`'s views at them; `md`'s scalars are set. Keeps what
+  // a draft update needs of the build. The CPU first checks what only it can read (every
+  // window inside the block table) and writes nothing on an error; the CUDA kernel flags such
+  // rows (take_device_error).
+  virtual Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) = 0;
+  // update_draft_decode_rows: the first last.num_decode_tokens decode rows as causal rows with
+  // the logical window W, with the build's token mapping and validity. Checked as write_rows.
+  virtual Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) = 0;
+  virtual Status take_device_error() = 0;
+  // Tests: fills every output buffer with `byte` (CUDA; the CPU has nothing to poison).
+  virtual Status poison(uint8_t byte) = 0;
+};
+
 // `cuda_stream` is a cudaStream_t (nullptr = the default stream).
-StatusOr<std::unique_ptr<MetadataBuilder>> create_cuda_metadata_builder(
-    const BuilderConfig& config, const DerivedConfig& derived, void* cuda_stream);
+StatusOr<std::unique_ptr<BuilderRows>> create_cpu_builder_rows(const BuilderConfig& config,
+                                                               const DerivedConfig& derived);
+StatusOr<std::unique_ptr<BuilderRows>> create_cuda_builder_rows(const BuilderConfig& config,
+                                                                const DerivedConfig& derived,
+                                                                void* cuda_stream);
+
 // Tests: fills every output buffer of a CUDA builder with `byte` (and synchronises), so that a
 // comparison cannot pass on values an earlier build left.
 Status poison_cuda_builder_outputs(MetadataBuilder* builder, uint8_t byte);
+struct BuilderInternals {
+  static BuilderRows& rows(MetadataBuilder& builder) { return *builder.rows_; }
+};
 
 // The metadata kernel launched with no rows to write: the least a build's launch costs (the
 // launch probes of bench/). init looks the launch up once, as a builder's create() does.

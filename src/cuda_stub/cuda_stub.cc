@@ -34,12 +34,10 @@ void cuda_device_free(void*) {}
 Status cuda_copy_host_to_device(void*, const void*, size_t) { return no_device_memory(); }
 Status cuda_copy_device_to_host(void*, const void*, size_t) { return no_device_memory(); }
 
-StatusOr<std::unique_ptr<MetadataBuilder>> create_cuda_metadata_builder(const BuilderConfig&,
-                                                                        const DerivedConfig&,
-                                                                        void*) {
+StatusOr<std::unique_ptr<BuilderRows>> create_cuda_builder_rows(const BuilderConfig&,
+                                                                const DerivedConfig&, void*) {
   return no_cuda_backend();
 }
-Status poison_cuda_builder_outputs(MetadataBuilder*, uint8_t) { return no_cuda_backend(); }
 Status cuda_init_metadata_launch_probe(MetadataLaunchProbe*) { return no_cuda_backend(); }
 Status cuda_launch_metadata_kernel_without_rows(const MetadataLaunchProbe&, void*, bool) {
   return no_cuda_backend();

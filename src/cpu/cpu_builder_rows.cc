@@ -1,7 +1,8 @@
-#include "cpu/cpu_metadata_builder.h"
-
+// The CPU reference backend of MetadataBuilder: plain loops over the shared formulas.
 #include <algorithm>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "backend.h"
 #include "common/int_limits.h"
@@ -9,8 +10,59 @@
 
 namespace sparse_swa::detail {
 
-CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
-    : MetadataBuilder(config, derived) {
+namespace {
+
+class CpuBuilderRows final : public BuilderRows {
+ public:
+  CpuBuilderRows(const BuilderConfig& config, const DerivedConfig& derived);
+
+  void add_owned_buffers(OwnedBuffers* owned) const override;
+  Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
+  Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
+  Status take_device_error() override { return Status::Ok(); }
+  Status poison(uint8_t) override { return Status::Ok(); }
+
+ private:
+  enum class RowKind { kCausal, kNonCausal };
+  // Window of token t of request r (a valid token of a real request), widened by (left, right).
+  struct TokenWindow {
+    int32_t request;
+    formulas::Window window;
+  };
+  TokenWindow token_window(const BatchInput& b, int32_t t, int32_t r, RowKind kind, int32_t left,
+                           int32_t right) const;
+  // Every valid token's window must lie in [0, seq_len) and the block table's columns and read
+  // non-negative block ids whose slots fit int32.
+  Status check_windows(const BatchInput& b, const RowsPlan& plan) const;
+  Status check_window_blocks(const BatchInput& b, int32_t t, const TokenWindow& tw) const;
+  // Rows of tokens [first_token, first_token + num_rows): token t belongs to request
+  // token_to_req[t] and is valid where is_valid[t].
+  void write_rows(const BatchInput& b, const int32_t* token_to_req, const uint8_t* is_valid,
+                  int32_t first_token, int32_t num_rows, RowKind kind, bool with_image,
+                  int32_t* rows, int32_t row_width, int32_t* lens) const;
+
+  const BuilderConfig config_;
+  const DerivedConfig derived_;
+  // Persistent buffers, sized at construction. Index buffers: [max_tokens, width] int32.
+  std::vector<int32_t> token_to_req_;           // [max_tokens]
+  std::vector<uint8_t> is_valid_;               // [max_tokens]
+  std::vector<int32_t> decode_rows_;            // [max_tokens, W]
+  std::vector<int32_t> decode_rows_noncausal_;  // [max_tokens, Wn] (DSpark only)
+  std::vector<int32_t> decode_lens_;            // [max_tokens], tail zeroed after each build
+  std::vector<int32_t> prefill_rows_;           // [max_tokens, W + Mi]
+  std::vector<int32_t> prefill_lens_;           // [max_tokens]
+  std::vector<int32_t> left_visible_;           // [max_tokens] (vision only)
+  std::vector<int32_t> right_visible_;          // [max_tokens] (vision only)
+  std::vector<int32_t> gather_lens_;            // [max_num_seqs]
+  // The last build's decode rows and its decode tokens' mapping and validity for a draft
+  // update, kept where the caller cannot write them (token_to_req_ and is_valid_ are exported).
+  int32_t* build_decode_rows_ = nullptr;
+  std::vector<int32_t> build_token_to_req_;  // [max_tokens], the first Td entries
+  std::vector<uint8_t> build_is_valid_;      // [max_tokens], the first Td entries
+};
+
+CpuBuilderRows::CpuBuilderRows(const BuilderConfig& config, const DerivedConfig& derived)
+    : config_(config), derived_(derived) {
   const size_t max_tokens = static_cast<size_t>(config.max_num_batched_tokens);
   const size_t max_seqs = static_cast<size_t>(config.max_num_seqs);
   token_to_req_.assign(max_tokens, 0);
@@ -24,20 +76,15 @@ CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const Derive
   if (config.max_image_tokens > 0) {
     left_visible_.assign(max_tokens, 0);
     right_visible_.assign(max_tokens, 0);
-    span_indptr_.assign(max_seqs + 1, 0);
-    span_starts_.assign(max_tokens, 0);
-    span_ends_.assign(max_tokens, 0);
-    spans_ = {span_indptr_.data(), span_starts_.data(), span_ends_.data(),
-              config.max_num_batched_tokens, 0};
   }
   gather_lens_.assign(max_seqs, 0);
-  prefill_seq_lens_.assign(max_seqs, 0);
-  prefill_query_lens_.assign(max_seqs, 0);
-  build_query_start_loc_.assign(max_seqs + 1, 0);
   build_token_to_req_.assign(max_tokens, 0);
   build_is_valid_.assign(max_tokens, 0);
+}
+
+void CpuBuilderRows::add_owned_buffers(OwnedBuffers* owned) const {
   auto own = [&](const auto& v, const char* name) {
-    owned_.add(v.data(), v.size() * sizeof(v[0]), name);
+    owned->add(v.data(), v.size() * sizeof(v[0]), name);
   };
   own(token_to_req_, "token_to_req_indices");
   own(is_valid_, "is_valid_token");
@@ -49,27 +96,23 @@ CpuMetadataBuilder::CpuMetadataBuilder(const BuilderConfig& config, const Derive
   own(left_visible_, "left_visible");
   own(right_visible_, "right_visible");
   own(gather_lens_, "prefill_gather_lens");
-  own(prefill_seq_lens_, "prefill_seq_lens_host");
-  own(prefill_query_lens_, "prefill_query_lens_host");
-  owned_.seal();
 }
 
-CpuMetadataBuilder::TokenWindow CpuMetadataBuilder::token_window(const BatchInput& b, int32_t t,
-                                                                 int32_t r, RowKind kind,
-                                                                 int32_t left,
-                                                                 int32_t right) const {
+CpuBuilderRows::TokenWindow CpuBuilderRows::token_window(const BatchInput& b, int32_t t, int32_t r,
+                                                         RowKind kind, int32_t left,
+                                                         int32_t right) const {
   const int32_t qs = b.query_start_loc[r];
   const int32_t ql = b.query_start_loc[r + 1] - qs;
   const int32_t seq_len = b.seq_lens[r];
   const int32_t prefix = seq_len - ql;
-  const int32_t window = config().window_size;
+  const int32_t window = config_.window_size;
   if (kind == RowKind::kNonCausal) return {r, formulas::noncausal_window(prefix, seq_len, window)};
   return {r, formulas::causal_window(prefix + (t - qs), window, left, right)};
 }
 
-Status CpuMetadataBuilder::check_window_blocks(const BatchInput& b, int32_t t,
-                                               const TokenWindow& tw) const {
-  const int32_t block_size = config().block_size;
+Status CpuBuilderRows::check_window_blocks(const BatchInput& b, int32_t t,
+                                           const TokenWindow& tw) const {
+  const int32_t block_size = config_.block_size;
   const int32_t r = tw.request;
   // Guards: check_batch (and a draft update's span check) already keep every window of a valid
   // token inside [0, seq_len), which the table covers; no row is written from outside either.
@@ -101,20 +144,20 @@ Status CpuMetadataBuilder::check_window_blocks(const BatchInput& b, int32_t t,
   return Status::Ok();
 }
 
-Status CpuMetadataBuilder::check_windows(const BatchInput& b, const StepSplit& split,
-                                         bool with_image) const {
+Status CpuBuilderRows::check_windows(const BatchInput& b, const RowsPlan& plan) const {
   // Recomputes mapping and visibility on the fly so that nothing is written before it passes.
+  const SpanCsr& spans = *plan.spans;
   const RowKind decode_kind = b.causal ? RowKind::kCausal : RowKind::kNonCausal;
   const int32_t* qsl = b.query_start_loc.data();
   for (int32_t t = 0; t < b.num_tokens(); ++t) {
     if (b.slot_mapping[t] < 0) continue;
     const int32_t r = formulas::token_request(qsl, b.num_reqs(), t);
-    const bool decode = t < split.num_decode_tokens;
+    const bool decode = t < plan.split.num_decode_tokens;
     int32_t left = 0, right = 0;
-    if (!decode && with_image) {
+    if (!decode && plan.with_image) {
       const int32_t pos = formulas::token_position(b.seq_lens[r], qsl[r], qsl[r + 1], t);
-      formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
-                                 spans_.indptr[r + 1], config().max_image_tokens, &left, &right);
+      formulas::image_visibility(pos, spans.starts, spans.ends, spans.indptr[r],
+                                 spans.indptr[r + 1], config_.max_image_tokens, &left, &right);
     }
     const TokenWindow tw =
         token_window(b, t, r, decode ? decode_kind : RowKind::kCausal, left, right);
@@ -123,11 +166,11 @@ Status CpuMetadataBuilder::check_windows(const BatchInput& b, const StepSplit& s
   return Status::Ok();
 }
 
-void CpuMetadataBuilder::write_rows(const BatchInput& b, const int32_t* token_to_req,
-                                    const uint8_t* is_valid, int32_t first_token, int32_t num_rows,
-                                    RowKind kind, bool with_image, int32_t* rows, int32_t row_width,
-                                    int32_t* lens) const {
-  const int32_t block_size = config().block_size;
+void CpuBuilderRows::write_rows(const BatchInput& b, const int32_t* token_to_req,
+                                const uint8_t* is_valid, int32_t first_token, int32_t num_rows,
+                                RowKind kind, bool with_image, int32_t* rows, int32_t row_width,
+                                int32_t* lens) const {
+  const int32_t block_size = config_.block_size;
   for (int32_t i = 0; i < num_rows; ++i) {
     const int32_t t = first_token + i;
     int32_t* row = rows + static_cast<int64_t>(i) * row_width;
@@ -150,103 +193,78 @@ void CpuMetadataBuilder::write_rows(const BatchInput& b, const int32_t* token_to
   }
 }
 
-Status CpuMetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
-  const BuilderConfig& c = config();
-  const DerivedConfig& d = derived();
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
-  StepSplit split;
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch(c, d, b, /*arrays_on_host=*/true, &split));
-  const int32_t num_reqs = b.num_reqs();
-  const int32_t num_tokens = b.num_tokens();
-  SPARSE_SWA_RETURN_IF_ERROR(
-      build_span_csr(b.image_spans, b.seq_lens, c.max_image_tokens, &spans_));
-  const bool with_image =
-      c.max_image_tokens > 0 && split.num_prefill_tokens > 0 && spans_.count > 0;
-
-  SPARSE_SWA_RETURN_IF_ERROR(check_windows(b, split, with_image));
+Status CpuBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_windows(b, plan));
 
   // Checks passed: from here on nothing fails.
+  const SpanCsr& spans = *plan.spans;
+  const int32_t num_reqs = b.num_reqs();
+  const int32_t num_tokens = b.num_tokens();
   for (int32_t t = 0; t < num_tokens; ++t) {
     token_to_req_[t] = formulas::token_request(b.query_start_loc.data(), num_reqs, t);
     is_valid_[t] = b.slot_mapping[t] >= 0;
   }
-  if (with_image) {
+  if (plan.with_image) {
     for (int32_t t = 0; t < num_tokens; ++t) {
       left_visible_[t] = right_visible_[t] = 0;
-      if (t < split.num_decode_tokens) continue;
+      if (t < plan.split.num_decode_tokens) continue;
       const int32_t r = token_to_req_[t];
       const int32_t qs = b.query_start_loc[r];
       const int32_t pos = formulas::token_position(b.seq_lens[r], qs, b.query_start_loc[r + 1], t);
-      formulas::image_visibility(pos, spans_.starts, spans_.ends, spans_.indptr[r],
-                                 spans_.indptr[r + 1], c.max_image_tokens, &left_visible_[t],
+      formulas::image_visibility(pos, spans.starts, spans.ends, spans.indptr[r],
+                                 spans.indptr[r + 1], config_.max_image_tokens, &left_visible_[t],
                                  &right_visible_[t]);
     }
   }
+  md->token_to_req_indices = {token_to_req_.data(), static_cast<size_t>(num_tokens)};
+  md->is_valid_token = {is_valid_.data(), static_cast<size_t>(num_tokens)};
 
-  SwaMetadata md = step_metadata_scalars(c, d, b, split, MemorySpace::kHost);
-  md.token_to_req_indices = {token_to_req_.data(), static_cast<size_t>(num_tokens)};
-  md.is_valid_token = {is_valid_.data(), static_cast<size_t>(num_tokens)};
-
-  const int32_t td = split.num_decode_tokens;
+  const int32_t td = plan.split.num_decode_tokens;
   const bool noncausal = !b.causal;
   int32_t* decode_rows = noncausal ? decode_rows_noncausal_.data() : decode_rows_.data();
-  const int32_t decode_width = noncausal ? d.noncausal_index_width : c.window_size;
+  const int32_t decode_width = plan.decode_width;
   if (td > 0) {
     std::fill(decode_lens_.begin() + td, decode_lens_.end(), 0);
     write_rows(b, token_to_req_.data(), is_valid_.data(), 0, td,
                noncausal ? RowKind::kNonCausal : RowKind::kCausal, false, decode_rows, decode_width,
                decode_lens_.data());
   }
-  md.decode_swa = {decode_rows,   decode_lens_.data(), td, decode_width, decode_width,
-                   c.window_size, MemorySpace::kHost};
+  md->decode_swa = {decode_rows,         decode_lens_.data(), td, decode_width, decode_width,
+                    config_.window_size, MemorySpace::kHost};
 
-  const int32_t tp = split.num_prefill_tokens;
+  const int32_t tp = plan.split.num_prefill_tokens;
   if (tp > 0) {
-    write_rows(b, token_to_req_.data(), is_valid_.data(), td, tp, RowKind::kCausal, with_image,
-               prefill_rows_.data(), d.prefill_index_width, prefill_lens_.data());
+    write_rows(b, token_to_req_.data(), is_valid_.data(), td, tp, RowKind::kCausal, plan.with_image,
+               prefill_rows_.data(), derived_.prefill_index_width, prefill_lens_.data());
   }
-  md.prefill_swa = {prefill_rows_.data(),  prefill_lens_.data(),  tp,
-                    d.prefill_index_width, d.prefill_index_width, c.window_size,
-                    MemorySpace::kHost};
-  if (with_image) {
-    md.left_visible = {left_visible_.data(), static_cast<size_t>(num_tokens)};
-    md.right_visible = {right_visible_.data(), static_cast<size_t>(num_tokens)};
+  md->prefill_swa = {prefill_rows_.data(),
+                     prefill_lens_.data(),
+                     tp,
+                     derived_.prefill_index_width,
+                     derived_.prefill_index_width,
+                     config_.window_size,
+                     MemorySpace::kHost};
+  if (plan.with_image) {
+    md->left_visible = {left_visible_.data(), static_cast<size_t>(num_tokens)};
+    md->right_visible = {right_visible_.data(), static_cast<size_t>(num_tokens)};
   }
 
-  const int32_t rd = split.num_decodes, rp = split.num_prefills;
+  const int32_t rd = plan.split.num_decodes, rp = plan.split.num_prefills;
   for (int32_t p = 0; p < rp; ++p) {
     const int32_t r = rd + p;
     const int32_t ql = b.query_start_loc[r + 1] - b.query_start_loc[r];
-    gather_lens_[p] = formulas::gather_len(ql, b.seq_lens[r] - ql, c.window_size);
+    gather_lens_[p] = formulas::gather_len(ql, b.seq_lens[r] - ql, config_.window_size);
   }
-  fill_prefill_host_plan(b, split, prefill_seq_lens_.data(), prefill_query_lens_.data());
-  md.prefill_gather_lens = {gather_lens_.data(), static_cast<size_t>(rp)};
-  md.prefill_seq_lens_host = {prefill_seq_lens_.data(), static_cast<size_t>(rp)};
-  md.prefill_query_lens_host = {prefill_query_lens_.data(), static_cast<size_t>(rp)};
+  md->prefill_gather_lens = {gather_lens_.data(), static_cast<size_t>(rp)};
 
-  std::copy_n(b.query_start_loc.data(), num_reqs + 1, build_query_start_loc_.data());
+  build_decode_rows_ = decode_rows;
   std::copy_n(token_to_req_.data(), td, build_token_to_req_.data());
   std::copy_n(is_valid_.data(), td, build_is_valid_.data());
-  last_build_ = {
-      .decode_rows = decode_rows,
-      .decode_lens = decode_lens_.data(),
-      .decode_width = decode_width,
-      .num_reqs = num_reqs,
-      .num_tokens = num_tokens,
-      .num_decodes = split.num_decodes,
-      .num_decode_tokens = td,
-      .query_start_loc = {build_query_start_loc_.data(), static_cast<size_t>(num_reqs) + 1}};
-  *out = md;
   return Status::Ok();
 }
 
-Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
-  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_target(md, last_build_, MemorySpace::kHost, b));
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch_outside(b, owned_));
-  SPARSE_SWA_RETURN_IF_ERROR(check_batch(config(), derived(), b, /*arrays_on_host=*/true));
-  SPARSE_SWA_RETURN_IF_ERROR(check_draft_update_spans(last_build_, b));
-  const int32_t td = last_build_.num_decode_tokens;
-  if (td == 0) return Status::Ok();
+Status CpuBuilderRows::update_decode_rows(const BatchInput& b, const DraftUpdateRecord& last) {
+  const int32_t td = last.num_decode_tokens;
   // The build's mapping and validity, from the private copies.
   for (int32_t t = 0; t < td; ++t) {
     if (!build_is_valid_[t]) continue;
@@ -255,15 +273,16 @@ Status CpuMetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMeta
   }
   // The logical window W, whatever the row width (the reference passes the width).
   write_rows(b, build_token_to_req_.data(), build_is_valid_.data(), 0, td, RowKind::kCausal, false,
-             last_build_.decode_rows, last_build_.decode_width, decode_lens_.data());
-  md->tile_schedulers = derived().layer_types;
+             build_decode_rows_, last.decode_width, decode_lens_.data());
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<MetadataBuilder>> create_cpu_metadata_builder(
-    const BuilderConfig& config, const DerivedConfig& derived) {
+}  // namespace
+
+StatusOr<std::unique_ptr<BuilderRows>> create_cpu_builder_rows(const BuilderConfig& config,
+                                                               const DerivedConfig& derived) {
   try {
-    return std::unique_ptr<MetadataBuilder>(new CpuMetadataBuilder(config, derived));
+    return std::unique_ptr<BuilderRows>(new CpuBuilderRows(config, derived));
   } catch (const std::bad_alloc&) {
     return unavailable(
         "MetadataBuilder::create: out of host memory for the persistent buffers "
