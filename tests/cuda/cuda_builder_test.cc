@@ -217,7 +217,7 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
         ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
         MetadataSnapshot a = testing::snapshot(md_cpu), b = device_snapshot(md_gpu);
         // Host planning fields were fixed at capture time.
-        b.prefill_seq_lens_host = a.prefill_seq_lens_host;
+        b.at("prefill_seq_lens_host") = a.at("prefill_seq_lens_host");
         ASSERT_EQ(first_difference(a, b), "") << "step " << step;
       }
     }
@@ -291,11 +291,12 @@ TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
   ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
   MetadataSnapshot a = testing::snapshot(md_cpu);
   const MetadataSnapshot g = device_snapshot(md_gpu);
-  EXPECT_EQ(a.max_decode_query_len, 7);
-  EXPECT_EQ(g.max_decode_query_len, 4);
-  a.max_decode_query_len = g.max_decode_query_len;
+  EXPECT_EQ(a.at("max_decode_query_len"), std::vector<int64_t>{7});
+  EXPECT_EQ(g.at("max_decode_query_len"), std::vector<int64_t>{4});
+  a.at("max_decode_query_len") = g.at("max_decode_query_len");
   EXPECT_EQ(first_difference(a, g), "");
-  EXPECT_EQ(g.token_to_req, (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(g.ints("token_to_req_indices"),
+            (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3}));
   EXPECT_TRUE(gpu->take_device_error().ok());
 }
 
@@ -378,9 +379,9 @@ TEST(CudaBuilder, DraftUpdateWithOtherDeviceSpansIsMaskedAndReported) {
       << st.message();
   // Tokens 0 and 1 (requests 0 and 1, whose spans moved) are written invalid; request 2 as built.
   const MetadataSnapshot s = device_snapshot(md);
-  EXPECT_EQ(s.decode_lens, (std::vector<int32_t>{0, 0, 8, 8, 0, 8, 8, 0, 0}));
-  EXPECT_EQ(std::vector<int32_t>(s.decode_rows.begin(), s.decode_rows.begin() + 16),
-            std::vector<int32_t>(16, -1));
+  EXPECT_EQ(s.ints("decode_swa.lens"), (std::vector<int32_t>{0, 0, 8, 8, 0, 8, 8, 0, 0}));
+  const std::vector<int32_t> rows = s.ints("decode_swa.rows");
+  EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 16), std::vector<int32_t>(16, -1));
 }
 
 TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
@@ -407,11 +408,11 @@ TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
   EXPECT_TRUE(gpu->take_device_error().ok());
   MetadataSnapshot g = device_snapshot(md_gpu);
   const MetadataSnapshot a = testing::snapshot(md_cpu);
-  EXPECT_EQ(a.decode_lens, (std::vector<int32_t>{6, 8, 8, 8, 0, 8, 8, 0, 0}));
+  EXPECT_EQ(a.ints("decode_swa.lens"), (std::vector<int32_t>{6, 8, 8, 8, 0, 8, 8, 0, 0}));
   // The written arrays stay as written; the rows are the CPU's.
-  EXPECT_EQ(g.token_to_req, mapping);
-  g.token_to_req = a.token_to_req;
-  g.is_valid = a.is_valid;
+  EXPECT_EQ(g.ints("token_to_req_indices"), mapping);
+  g.at("token_to_req_indices") = a.at("token_to_req_indices");
+  g.at("is_valid_token") = a.at("is_valid_token");
   EXPECT_EQ(first_difference(a, g), "");
   EXPECT_NE(first_difference(built, g), "");
 }
@@ -459,9 +460,9 @@ TEST(CudaBuilder, DeviceInputsThatContradictTheHostCopiesAreReportedNotFaulted) 
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("block index past block_table"), std::string::npos) << st.message();
   const MetadataSnapshot s = device_snapshot(md);
-  EXPECT_EQ(s.decode_lens, (std::vector<int32_t>{8, 0}));
-  EXPECT_EQ(std::vector<int32_t>(s.decode_rows.begin() + 8, s.decode_rows.end()),
-            std::vector<int32_t>(8, -1));
+  EXPECT_EQ(s.ints("decode_swa.lens"), (std::vector<int32_t>{8, 0}));
+  const std::vector<int32_t> rows = s.ints("decode_swa.rows");
+  EXPECT_EQ(std::vector<int32_t>(rows.begin() + 8, rows.end()), std::vector<int32_t>(8, -1));
   EXPECT_TRUE(gpu->take_device_error().ok()) << "the record is cleared once taken";
 }
 

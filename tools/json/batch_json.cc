@@ -10,7 +10,10 @@
 #include <iterator>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <utility>
+
+#include "sparse_swa/metadata_fields.h"
 
 namespace sparse_swa {
 
@@ -481,36 +484,32 @@ StatusOr<OrderedJson> metadata_to_json(const SwaMetadata& md,
                           md.left_visible.size());
   }
 
+  // The contract's fields, in the field list's order (metadata_fields.h); absent arrays as null.
   OrderedJson out = OrderedJson::object();
-  out["num_decodes"] = md.num_decodes;
-  out["num_prefills"] = md.num_prefills;
-  out["num_decode_tokens"] = td;
-  out["num_prefill_tokens"] = tp;
-  out["max_decode_query_len"] = md.max_decode_query_len;
-  out["decode_swa_width"] = md.decode_swa_width();
-  out["decode_swa_indices"] = index_rows(md.decode_swa);
-  out["decode_swa_lens"] = index_lens(md.decode_swa);
-  if (md.has_prefill()) {
-    out["prefill_swa_indices"] = index_rows(md.prefill_swa);
-    out["prefill_swa_lens"] = index_lens(md.prefill_swa);
-    out["prefill_gather_lens"] = int_list(md.prefill_gather_lens);
-  } else {
-    out["prefill_swa_indices"] = nullptr;
-    out["prefill_swa_lens"] = nullptr;
-    out["prefill_gather_lens"] = nullptr;
-  }
-  if (md.has_image()) {  // the prefill part [Td, T) of the per-token arrays
-    out["prefill_left_visible"] = int_list(md.left_visible.subspan(td, tp));
-    out["prefill_right_visible"] = int_list(md.right_visible.subspan(td, tp));
-  } else {
-    out["prefill_left_visible"] = nullptr;
-    out["prefill_right_visible"] = nullptr;
-  }
-  out["token_to_req_indices"] = int_list(md.token_to_req_indices);
-  OrderedJson valid = OrderedJson::array();
-  for (uint8_t v : md.is_valid_token) valid.push_back(v != 0);
-  out["is_valid_token"] = std::move(valid);
-  out["tile_schedulers"] = md.tile_schedulers.sorted_names();
+  for_each_metadata_field(md, [&](const MetadataField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if (!field.in_contract) return;
+    const bool present = field_present(md, field.presence);
+    const std::string key = field.reference;
+    if constexpr (std::is_same_v<T, ConstIndexView>) {
+      out[key + "_indices"] = present ? index_rows(value) : OrderedJson(nullptr);
+      out[key + "_lens"] = present ? index_lens(value) : OrderedJson(nullptr);
+    } else if constexpr (std::is_same_v<T, std::span<const int32_t>>) {
+      if (!present) {
+        out[key] = nullptr;
+      } else {
+        out[key] = int_list(field.contract_prefill_part ? value.subspan(td, tp) : value);
+      }
+    } else if constexpr (std::is_same_v<T, std::span<const uint8_t>>) {
+      OrderedJson flags = OrderedJson::array();
+      for (uint8_t v : value) flags.push_back(v != 0);
+      out[key] = std::move(flags);
+    } else if constexpr (std::is_same_v<T, LayerTypeSet>) {
+      out[key] = value.sorted_names();
+    } else {
+      out[key] = value;
+    }
+  });
   OrderedJson plan_list = OrderedJson::array();
   for (const ChunkPlanResult& p : plans) {
     OrderedJson item = OrderedJson::object();
