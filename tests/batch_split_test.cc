@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "batch_checks.h"
-#include "support/test_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa::detail {
 namespace {

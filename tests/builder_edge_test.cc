@@ -9,7 +9,8 @@
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
 #include "support/status_matchers.h"
-#include "support/test_batch.h"
+#include "testing/presets.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa {
 namespace {
@@ -23,30 +24,16 @@ using Row = std::vector<int32_t>;
 
 BuilderConfig make_config(int32_t window, int32_t block, int32_t max_tokens = 64,
                           int32_t max_seqs = 8) {
-  BuilderConfig c;
-  c.window_size = window;
-  c.block_size = block;
-  c.max_num_batched_tokens = max_tokens;
-  c.max_num_seqs = max_seqs;
-  c.max_model_len = 1 << 20;
-  return c;
+  return testing::small_config(window, block, max_tokens, max_seqs);
 }
 
 BuilderConfig mtp_config(int32_t window, int32_t block, int32_t k, bool parallel = false) {
-  BuilderConfig c = make_config(window, block);
-  c.speculative_method = SpeculativeMethod::kMtp;
-  c.num_speculative_tokens = k;
-  c.parallel_drafting = parallel;
-  return c;
+  return testing::with_mtp(make_config(window, block), k, parallel);
 }
 
 BuilderConfig dspark_config(int32_t window, int32_t block, int32_t k, bool parallel = false,
                             int32_t max_tokens = 64) {
-  BuilderConfig c = make_config(window, block, max_tokens);
-  c.speculative_method = SpeculativeMethod::kDspark;
-  c.num_speculative_tokens = k;
-  c.parallel_drafting = parallel;
-  return c;
+  return testing::with_dspark(make_config(window, block, max_tokens), k, parallel);
 }
 
 // Slots of positions [from, to) of request r, then -1 up to `width`.
@@ -480,11 +467,7 @@ TEST(EdgeDspark, UpdateDraftRowsWithNoDecodeTokensIsANoOp) {
 // ---------------------------------------------------------------- image path conditions
 
 BuilderConfig vision_config(int32_t window, int32_t block, int32_t max_image_tokens) {
-  BuilderConfig c = make_config(window, block);
-  c.speculative_method = SpeculativeMethod::kMtp;
-  c.num_speculative_tokens = 1;  // theta 2
-  c.max_image_tokens = max_image_tokens;
-  return c;
+  return testing::with_images(mtp_config(window, block, /*k=*/1), max_image_tokens);  // theta 2
 }
 
 TEST(EdgeImage, TextModelRowsHaveWidthW) {

@@ -10,7 +10,7 @@
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
 #include "support/status_matchers.h"
-#include "support/test_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "common/swa_formulas.h"
 #include "sparse_swa/metadata_builder.h"
-#include "support/random_batch.h"
 #include "support/status_matchers.h"
-#include "support/test_batch.h"
+#include "testing/random_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa {
 namespace {

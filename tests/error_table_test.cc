@@ -28,6 +28,7 @@
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/kv_cache.h"
 #include "sparse_swa/metadata_builder.h"
+#include "testing/batch_run.h"
 
 namespace sparse_swa {
 namespace {
@@ -51,17 +52,7 @@ bool env_set(const char* name) {
 // ---------------------------------------------------------------- batch-file cases
 
 // The `sparse-swa build` path on a file's text; the first error, or OK.
-Status run_batch_text(const std::string& text) {
-  auto file = parse_batch_file(text);
-  if (!file.ok()) return file.status();
-  auto builder = MetadataBuilder::create(file->config, Backend::kCpu);
-  if (!builder.ok()) return builder.status();
-  SwaMetadata md;
-  SPARSE_SWA_RETURN_IF_ERROR(builder.value()->build(file->batch_input(), &md));
-  auto plans = run_chunk_plans(md, file->chunk_plan_requests);
-  if (!plans.ok()) return plans.status();
-  return metadata_to_json(md, plans.value()).status();
-}
+Status run_file_text(const std::string& text) { return testing::run_batch_text(text).status(); }
 
 // ---------------------------------------------------------------- API cases
 
@@ -351,7 +342,7 @@ std::vector<ErrorCase> load_cases() {
 Status run_case(const ErrorCase& c) {
   const auto api = api_cases().find(c.id);
   if (api != api_cases().end()) return api->second();
-  return run_batch_text(read_text(errors_dir() / "inputs" / (c.id + ".json")));
+  return run_file_text(read_text(errors_dir() / "inputs" / (c.id + ".json")));
 }
 
 // A markdown table cell: `|` escaped, code in a code span.

@@ -10,12 +10,16 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "json/batch_json.h"
 #include "sparse_swa/metadata_builder.h"
+#include "testing/batch_run.h"
+#include "testing/presets.h"
+#include "testing/scenarios.h"
 
 namespace sparse_swa {
 namespace {
@@ -47,13 +51,9 @@ std::vector<std::string> case_names() {
 
 // The output of `sparse-swa build --backend cpu` for a parsed file.
 StatusOr<nlohmann::ordered_json> build_json(const BatchFile& file) {
-  auto builder = MetadataBuilder::create(file.config, Backend::kCpu);
-  if (!builder.ok()) return builder.status();
-  SwaMetadata md;
-  SPARSE_SWA_RETURN_IF_ERROR(builder.value()->build(file.batch_input(), &md));
-  auto plans = run_chunk_plans(md, file.chunk_plan_requests);
-  if (!plans.ok()) return plans.status();
-  return metadata_to_json(md, plans.value());
+  auto run = testing::run_batch(file);
+  if (!run.ok()) return run.status();
+  return std::move(run.value().json);
 }
 
 std::string trim_newline(std::string s) {
@@ -82,6 +82,39 @@ TEST(BatchJsonGolden, EveryCaseMatchesItsExpectedOutput) {
     EXPECT_EQ(actual.size(), expected.size()) << "extra keys in " << actual.dump();
     // Same keys, same order, same separators: a plain text diff against the reference works.
     EXPECT_EQ(dump_python_style(out.value()), trim_newline(expected_text));
+  }
+}
+
+TEST(BatchJsonWriter, ShippedFilesRoundTripThroughTheWriter) {
+  for (const std::string& name : case_names()) {
+    SCOPED_TRACE(name);
+    auto file = read_batch_file((data_dir() / (name + ".json")).string());
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    const nlohmann::ordered_json written = batch_file_to_json(file.value());
+    auto again = parse_batch_file(written.dump());
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(batch_file_to_json(again.value()), written);
+    auto a = build_json(file.value()), b = build_json(again.value());
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(dump_python_style(a.value()), dump_python_style(b.value()));
+  }
+}
+
+TEST(BatchJsonWriter, BenchScenariosAreValidBatchFiles) {
+  std::mt19937_64 rng(7);
+  for (const testing::BenchScenario& s : testing::bench_scenarios()) {
+    SCOPED_TRACE(testing::scenario_name(s));
+    const testing::TestBatch batch = testing::bench_batch(s, rng);
+    const BatchFile file = batch_file_of(testing::bench_config(s.dspark), batch.input());
+    auto parsed = parse_batch_file(batch_file_to_json(file).dump());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    auto run = testing::run_batch(std::move(parsed).value());
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    const int32_t decode_len = s.dspark ? testing::kBenchDsparkTokens + 1 : 1;
+    EXPECT_EQ(run->md.num_tokens, s.decodes * decode_len + s.prefills * s.prefill_len);
+    EXPECT_EQ(run->md.num_decodes, s.decodes);
+    EXPECT_EQ(run->md.num_prefills, s.prefills);
+    EXPECT_EQ(run->md.causal, !s.dspark);
   }
 }
 

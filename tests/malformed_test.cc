@@ -19,6 +19,7 @@
 #include "json/batch_json.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/status_matchers.h"
+#include "testing/batch_run.h"
 
 namespace sparse_swa {
 namespace {
@@ -39,17 +40,7 @@ const char* const kBase = R"({
                          {"compress_ratio": 4, "chunk_size": 4}]})";
 
 // What `sparse-swa build` does with a file's text; the first error, or OK.
-Status run_text(const std::string& text) {
-  auto file = parse_batch_file(text);
-  if (!file.ok()) return file.status();
-  auto builder = MetadataBuilder::create(file->config, Backend::kCpu);
-  if (!builder.ok()) return builder.status();
-  SwaMetadata md;
-  SPARSE_SWA_RETURN_IF_ERROR(builder.value()->build(file->batch_input(), &md));
-  auto plans = run_chunk_plans(md, file->chunk_plan_requests);
-  if (!plans.ok()) return plans.status();
-  return metadata_to_json(md, plans.value()).status();
-}
+Status run_text(const std::string& text) { return testing::run_batch_text(text).status(); }
 
 // One edit of the base document: a JSON pointer and its new value (or removal).
 struct Edit {

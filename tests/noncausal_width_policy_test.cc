@@ -4,7 +4,7 @@
 
 #include "sparse_swa/dispatch_policy.h"
 #include "sparse_swa/metadata_builder.h"
-#include "support/test_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa {
 namespace {

@@ -16,8 +16,8 @@
 #include "cuda/cuda_utils.h"
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/metadata_builder.h"
-#include "support/random_batch.h"
 #include "support/status_matchers.h"
+#include "testing/random_batch.h"
 
 namespace sparse_swa {
 namespace {

@@ -15,9 +15,9 @@
 #include "cuda/device_array.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
-#include "support/random_batch.h"
 #include "support/status_matchers.h"
-#include "support/test_batch.h"
+#include "testing/random_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa {
 namespace {

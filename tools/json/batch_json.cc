@@ -417,6 +417,72 @@ StatusOr<BatchFile> parse_batch_file(std::string_view json_text) {
   return parse_named(json_text, "batch file");
 }
 
+BatchFile batch_file_of(const BuilderConfig& config, const BatchInput& b) {
+  BatchFile f;
+  f.config = config;
+  f.query_start_loc.assign(b.query_start_loc.begin(), b.query_start_loc.end());
+  f.seq_lens.assign(b.seq_lens.begin(), b.seq_lens.end());
+  f.block_table_rows = b.block_table.rows;
+  f.block_table_cols = b.block_table.cols;
+  for (int64_t r = 0; r < b.block_table.rows; ++r) {
+    f.block_table.insert(f.block_table.end(), b.block_table.row(r),
+                         b.block_table.row(r) + b.block_table.cols);
+  }
+  f.slot_mapping.assign(b.slot_mapping.begin(), b.slot_mapping.end());
+  f.causal = b.causal;
+  f.image_spans.assign(b.image_spans.begin(), b.image_spans.end());
+  std::stable_sort(f.image_spans.begin(), f.image_spans.end(),
+                   [](const ImageSpan& x, const ImageSpan& y) { return x.request < y.request; });
+  return f;
+}
+
+OrderedJson batch_file_to_json(const BatchFile& f) {
+  const BuilderConfig& c = f.config;
+  OrderedJson config = OrderedJson::object();
+  config["window_size"] = c.window_size;
+  config["block_size"] = c.block_size;
+  config["max_num_batched_tokens"] = c.max_num_batched_tokens;
+  config["max_num_seqs"] = c.max_num_seqs;
+  config["max_model_len"] = c.max_model_len;
+  config["num_speculative_tokens"] = c.num_speculative_tokens;
+  config["speculative_method"] = speculative_method_name(c.speculative_method);
+  config["parallel_drafting"] = c.parallel_drafting;
+  config["max_image_tokens"] = c.max_image_tokens;
+  config["compress_ratios"] = c.compress_ratios;
+  if (c.noncausal_index_width != 0) config["noncausal_index_width"] = c.noncausal_index_width;
+  OrderedJson batch = OrderedJson::object();
+  batch["query_start_loc"] = f.query_start_loc;
+  batch["seq_lens"] = f.seq_lens;
+  OrderedJson table = OrderedJson::array();
+  for (int64_t r = 0; r < f.block_table_rows; ++r) {
+    const auto row = f.block_table.begin() + r * f.block_table_cols;
+    table.push_back(std::vector<int32_t>(row, row + f.block_table_cols));
+  }
+  batch["block_table"] = std::move(table);
+  batch["slot_mapping"] = f.slot_mapping;
+  batch["causal"] = f.causal;
+  if (!f.image_spans.empty()) {
+    OrderedJson spans = OrderedJson::object();
+    for (const ImageSpan& s : f.image_spans) {
+      spans[std::to_string(s.request)].push_back({s.start, s.end});
+    }
+    batch["image_spans"] = std::move(spans);
+  }
+  OrderedJson requests = OrderedJson::array();
+  for (const ChunkPlanRequest& r : f.chunk_plan_requests) {
+    OrderedJson item = OrderedJson::object();
+    item["compress_ratio"] = r.compress_ratio;
+    item["chunk_size"] = r.chunk_size;
+    if (r.has_compressed) item["has_compressed"] = *r.has_compressed;
+    requests.push_back(std::move(item));
+  }
+  OrderedJson out = OrderedJson::object();
+  out["config"] = std::move(config);
+  out["batch"] = std::move(batch);
+  out["chunk_plan_requests"] = std::move(requests);
+  return out;
+}
+
 StatusOr<BatchFile> read_batch_file(const std::string& path) {
   std::string text;
   if (path == "-") {

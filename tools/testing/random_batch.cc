@@ -1,4 +1,4 @@
-#include "support/random_batch.h"
+#include "testing/random_batch.h"
 
 #include <algorithm>
 #include <limits>

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "sparse_swa/config.h"
-#include "support/test_batch.h"
+#include "testing/test_batch.h"
 
 namespace sparse_swa::testing {
 

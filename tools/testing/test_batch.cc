@@ -1,4 +1,4 @@
-#include "support/test_batch.h"
+#include "testing/test_batch.h"
 
 #include <algorithm>
 #include <sstream>
