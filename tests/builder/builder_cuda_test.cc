@@ -12,8 +12,8 @@
 
 #include "backend.h"
 #include "cuda/cuda_utils.h"
-#include "cuda/device_array.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/device_array.h"
 #include "support/metadata_snapshot.h"
 #include "support/status_matchers.h"
 #include "testing/random_batch.h"

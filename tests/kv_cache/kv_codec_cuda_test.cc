@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
-#include "cuda/device_array.h"
 #include "sparse_swa/kv_cache.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/device_array.h"
 #include "support/status_matchers.h"
 
 namespace sparse_swa {

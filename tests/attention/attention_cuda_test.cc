@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
-#include "cuda/device_array.h"
 #include "sparse_swa/attention.h"
+#include "support/device_array.h"
 #include "support/status_matchers.h"
 
 namespace sparse_swa {

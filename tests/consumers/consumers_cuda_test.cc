@@ -16,6 +16,7 @@
 #include "cuda/cuda_utils.h"
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/device_array.h"
 #include "support/status_matchers.h"
 #include "testing/random_batch.h"
 
@@ -24,9 +25,6 @@ namespace {
 
 using testing::RandomBatch;
 using Row = std::vector<int32_t>;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device"
 
 constexpr int kPoisonByte = 0x5a;
 constexpr int32_t kPoison = 0x5a5a5a5a;
