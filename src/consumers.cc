@@ -295,7 +295,7 @@ Status to_ragged(const ConstIndexView& view, const RaggedView& out, void* cuda_s
     return invalid_argument("out.indptr_size: expected >= rows + 1 = ", view.rows + 1, ", got ",
                             out.indptr_size);
   }
-  // Sized from the width, never the window: a DSpark row is wider than W (B2).
+  // Sized from the width, never the window: a DSpark row is wider than W.
   if (out.capacity < capacity) {
     return invalid_argument("out.capacity: expected >= rows x width = ", view.rows, " x ",
                             view.width, " = ", capacity, ", got ", out.capacity);

@@ -26,7 +26,7 @@ class TestBatch {
   // A request whose `query_len` new tokens are positions [seq_len - query_len, seq_len), reading
   // physical pages `blocks` (page i holds positions [i * B, (i + 1) * B)).
   TestBatch& add_request(int32_t seq_len, int32_t query_len, std::vector<int32_t> blocks);
-  // Same with identity pages 0, 1, 2, ... so that slot == position (the [T-SM89] tables).
+  // Same with identity pages 0, 1, 2, ... so that slot == position (hand-computed tables).
   TestBatch& add_identity_request(int32_t seq_len, int32_t query_len);
   // A CUDA-graph padding request: query_len 0, seq_len 0, no pages.
   TestBatch& add_padding_request();
