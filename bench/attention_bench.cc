@@ -239,7 +239,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   }
 
   Result r;
-  Status st = sparse_attention(dp, Backend::kCuda);
+  Status st = sparse_attention(dp);
   if (!st.ok()) {
     std::fprintf(stderr, "%s: %s\n", s.name, st.to_string().c_str());
     std::exit(1);
@@ -302,7 +302,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  st = sparse_attention(dp, Backend::kCuda, stream);
+  st = sparse_attention(dp, stream);
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   if (!st.ok()) {
     std::fprintf(stderr, "%s: capture: %s\n", s.name, st.to_string().c_str());
@@ -329,7 +329,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   // Host time of one eager call (checks, plan, launch), the stream synchronised in between.
   for (int i = 0; i < runs; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    st = sparse_attention(dp, Backend::kCuda, stream);
+    st = sparse_attention(dp, stream);
     const auto t1 = std::chrono::steady_clock::now();
     CUDA_OK(cudaStreamSynchronize(stream));
     host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());

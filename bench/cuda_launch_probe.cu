@@ -1,7 +1,8 @@
 // What one enqueue costs on the host, and enqueue + cudaStreamSynchronize end to end, for the
 // ways a builder step could be enqueued: a memset node, an empty kernel with a small or a
-// builder-sized parameter block (runtime <<<>>> or the driver's cuLaunchKernel with a cached
-// function), and the metadata kernel itself with no rows. Medians of 500 after 50 warm-ups.
+// parameter block about the builder's size (runtime <<<>>> or the driver's cuLaunchKernel with a
+// cached function), and the metadata kernel itself with no rows (through src/backend.h's launch
+// probe). Medians of 500 after 50 warm-ups.
 //   sparse_swa_cuda_launch_probe
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -12,16 +13,16 @@
 #include <functional>
 #include <vector>
 
-#include "cuda/metadata_kernel.cuh"
+#include "backend.h"
 
 namespace {
 
 struct Small {
   int* out;
 };
-struct Large {  // the size of the metadata kernel's parameter block
+struct Large {  // at least the size of the metadata kernel's parameter block (printed below)
   int* out;
-  char pad[sizeof(sparse_swa::detail::MetadataKernelParams) - sizeof(int*)];
+  char pad[256 - sizeof(int*)];
 };
 
 __global__ void empty_small(Small p) {
@@ -83,34 +84,40 @@ int main() {
   cudaGetFuncBySymbol(&large_fn, reinterpret_cast<const void*>(empty_large));
   int device = 0;
   cudaGetDevice(&device);
-  sparse_swa::detail::MetadataKernelLauncher launcher;
-  sparse_swa::detail::init_metadata_kernel_launcher(device, &launcher);
+  sparse_swa::detail::MetadataLaunchProbe launcher;
+  const sparse_swa::Status probe_status =
+      sparse_swa::detail::cuda_init_metadata_launch_probe(&launcher);
+  if (!probe_status.ok()) {
+    std::printf("%s\n", probe_status.to_string().c_str());
+    return 1;
+  }
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, device);
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  std::printf("%s, driver %d, runtime %d, param block %zu bytes, resident blocks %d\n", prop.name,
-              driver, runtime, sizeof(Large), launcher.resident_blocks);
+  std::printf(
+      "%s, driver %d, runtime %d, metadata kernel param block %lld bytes, resident blocks %d\n",
+      prop.name, driver, runtime, static_cast<long long>(launcher.params_bytes),
+      launcher.resident_blocks);
 
   const Small small{nullptr};
   Large large{};
-  const sparse_swa::detail::MetadataKernelParams no_rows{};
   probe("cudaMemsetAsync 4 B", s, [&] { cudaMemsetAsync(word, 0, 4, s); });
   probe("empty kernel, 8 B params, <<<1, 32>>>", s, [&] { empty_small<<<1, 32, 0, s>>>(small); });
-  probe("empty kernel, 232 B params, <<<1, 32>>>", s, [&] { empty_large<<<1, 32, 0, s>>>(large); });
-  probe("empty kernel, 232 B params, <<<16, 256>>>", s,
+  probe("empty kernel, 256 B params, <<<1, 32>>>", s, [&] { empty_large<<<1, 32, 0, s>>>(large); });
+  probe("empty kernel, 256 B params, <<<16, 256>>>", s,
         [&] { empty_large<<<16, 256, 0, s>>>(large); });
-  probe("empty kernel, 232 B, cuLaunchKernel", s, [&] {
+  probe("empty kernel, 256 B, cuLaunchKernel", s, [&] {
     void* args[] = {&large};
     cu_launch(large_fn, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(s), args, nullptr);
   });
-  probe("metadata kernel, no rows (launch_metadata_kernel)", s,
-        [&] { sparse_swa::detail::launch_metadata_kernel(no_rows, launcher, s); });
-  sparse_swa::detail::MetadataKernelLauncher runtime_launcher = launcher;
-  runtime_launcher.cu_launch_kernel = nullptr;
-  probe("metadata kernel, no rows (<<<>>>)", s,
-        [&] { sparse_swa::detail::launch_metadata_kernel(no_rows, runtime_launcher, s); });
+  probe("metadata kernel, no rows (the builder's launch)", s, [&] {
+    (void)sparse_swa::detail::cuda_launch_metadata_kernel_without_rows(launcher, s, true);
+  });
+  probe("metadata kernel, no rows (<<<>>>)", s, [&] {
+    (void)sparse_swa::detail::cuda_launch_metadata_kernel_without_rows(launcher, s, false);
+  });
   cudaFree(word);
   cudaStreamDestroy(s);
   return 0;

@@ -69,8 +69,10 @@ void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int
 // What update_draft_decode_rows takes from the last build, kept by the builder itself: the
 // metadata and its exported arrays are the caller's to write, these copies are not.
 struct DraftUpdateRecord {
-  int32_t* decode_rows = nullptr;  // the build's decode_swa.data; null before a build
-  int32_t* decode_lens = nullptr;
+  // The build's decode_swa.data and .lens (null before a build): they identify its metadata;
+  // the backend rewrites its own buffers.
+  const int32_t* decode_rows = nullptr;
+  const int32_t* decode_lens = nullptr;
   int32_t decode_width = 0;
   int32_t num_reqs = 0;
   int32_t num_tokens = 0;

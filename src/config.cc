@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/int_limits.h"
 #include "common/swa_formulas.h"
 
 namespace sparse_swa {
 
 namespace {
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 // A row's width must fit int32 with room for window arithmetic.
 constexpr int64_t kMaxRowWidth = int64_t{1} << 24;
 // Largest persistent index buffer (elements) the builder will allocate.

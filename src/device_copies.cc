@@ -1,16 +1,12 @@
 #include "sparse_swa/device_copies.h"
 
 #include <cstring>
+#include <type_traits>
+
+#include "backend.h"
+#include "sparse_swa/metadata_fields.h"
 
 namespace sparse_swa {
-
-namespace detail {
-// Implemented in src/cuda/device_memory.cc in CUDA builds; errors otherwise.
-Status device_alloc(void** ptr, size_t bytes);
-void device_free(void* ptr);
-Status copy_host_to_device(void* dst, const void* src, size_t bytes);
-Status copy_device_to_host(void* dst, const void* src, size_t bytes);
-}  // namespace detail
 
 namespace {
 
@@ -20,32 +16,30 @@ Status copy_to_host(void* dst, const void* src, size_t bytes, MemorySpace space)
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
-  return detail::copy_device_to_host(dst, src, bytes);
+  return detail::cuda_copy_device_to_host(dst, src, bytes);
 }
 
 template <typename T>
-Status copy_span(std::span<const T> src, MemorySpace space, std::vector<T>* dst,
-                 std::span<const T>* view) {
-  dst->resize(src.size());
-  SPARSE_SWA_RETURN_IF_ERROR(copy_to_host(dst->data(), src.data(), src.size_bytes(), space));
-  *view = {dst->data(), dst->size()};
+Status copy_span(std::span<const T>* view, MemorySpace space, std::vector<std::vector<T>>* store) {
+  std::vector<T>& dst = store->emplace_back(view->size());
+  SPARSE_SWA_RETURN_IF_ERROR(copy_to_host(dst.data(), view->data(), view->size_bytes(), space));
+  *view = {dst.data(), dst.size()};
   return Status::Ok();
 }
 
-Status copy_view(const ConstIndexView& src, std::vector<int32_t>* rows, std::vector<int32_t>* lens,
-                 ConstIndexView* view) {
-  rows->resize(static_cast<size_t>(src.rows * src.width));
-  lens->resize(static_cast<size_t>(src.rows));
+Status copy_view(ConstIndexView* view, std::vector<std::vector<int32_t>>* store) {
+  const ConstIndexView src = *view;
+  int32_t* rows = store->emplace_back(static_cast<size_t>(src.rows * src.width)).data();
   for (int64_t i = 0; i < src.rows && src.width > 0; ++i) {
     // Row by row: the source stride may exceed the width.
-    SPARSE_SWA_RETURN_IF_ERROR(copy_to_host(rows->data() + i * src.width, src.row(i),
-                                            sizeof(int32_t) * src.width, src.space));
+    SPARSE_SWA_RETURN_IF_ERROR(
+        copy_to_host(rows + i * src.width, src.row(i), sizeof(int32_t) * src.width, src.space));
   }
+  int32_t* lens = store->emplace_back(static_cast<size_t>(src.rows)).data();
   SPARSE_SWA_RETURN_IF_ERROR(
-      copy_to_host(lens->data(), src.lens, sizeof(int32_t) * lens->size(), src.space));
-  *view = src;
-  view->data = rows->data();
-  view->lens = lens->data();
+      copy_to_host(lens, src.lens, sizeof(int32_t) * static_cast<size_t>(src.rows), src.space));
+  view->data = rows;
+  view->lens = lens;
   view->row_stride = src.width;
   view->space = MemorySpace::kHost;
   return Status::Ok();
@@ -67,22 +61,22 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
   auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
   const size_t off_seq = align8(qsl_bytes), off_bt = off_seq + align8(seq_bytes),
                off_slot = off_bt + align8(bt_bytes), total = off_slot + align8(slot_bytes) + 8;
-  SPARSE_SWA_RETURN_IF_ERROR(detail::device_alloc(&d->device_, total));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_device_alloc(&d->device_, total));
   auto* base = static_cast<char*>(d->device_);
   if (qsl_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base, host.query_start_loc.data(), qsl_bytes));
+        detail::cuda_copy_host_to_device(base, host.query_start_loc.data(), qsl_bytes));
   }
   if (seq_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base + off_seq, host.seq_lens.data(), seq_bytes));
+        detail::cuda_copy_host_to_device(base + off_seq, host.seq_lens.data(), seq_bytes));
   }
   if (bt_bytes > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(detail::copy_host_to_device(base + off_bt, bt.data, bt_bytes));
+    SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_copy_host_to_device(base + off_bt, bt.data, bt_bytes));
   }
   if (slot_bytes > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
-        detail::copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
+        detail::cuda_copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
   }
   BatchInput& in = d->input_;
   in = host;
@@ -98,29 +92,28 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
 }
 
 DeviceBatch::~DeviceBatch() {
-  if (device_ != nullptr) detail::device_free(device_);
+  if (device_ != nullptr) detail::cuda_device_free(device_);
 }
 
 StatusOr<std::unique_ptr<HostMetadata>> copy_metadata_to_host(const SwaMetadata& md) {
   auto h = std::make_unique<HostMetadata>();
   h->md = md;
-  const MemorySpace s = md.space;
-  SPARSE_SWA_RETURN_IF_ERROR(
-      copy_span(md.token_to_req_indices, s, &h->token_to_req, &h->md.token_to_req_indices));
-  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.is_valid_token, s, &h->is_valid, &h->md.is_valid_token));
-  SPARSE_SWA_RETURN_IF_ERROR(
-      copy_view(md.decode_swa, &h->decode_rows, &h->decode_lens, &h->md.decode_swa));
-  SPARSE_SWA_RETURN_IF_ERROR(
-      copy_view(md.prefill_swa, &h->prefill_rows, &h->prefill_lens, &h->md.prefill_swa));
-  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.left_visible, s, &h->left_visible, &h->md.left_visible));
-  SPARSE_SWA_RETURN_IF_ERROR(
-      copy_span(md.right_visible, s, &h->right_visible, &h->md.right_visible));
-  SPARSE_SWA_RETURN_IF_ERROR(
-      copy_span(md.prefill_gather_lens, s, &h->gather_lens, &h->md.prefill_gather_lens));
-  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.prefill_seq_lens_host, MemorySpace::kHost,
-                                       &h->prefill_seq_lens, &h->md.prefill_seq_lens_host));
-  SPARSE_SWA_RETURN_IF_ERROR(copy_span(md.prefill_query_lens_host, MemorySpace::kHost,
-                                       &h->prefill_query_lens, &h->md.prefill_query_lens_host));
+  Status status = Status::Ok();
+  // Each array is copied once and its view pointed at the copy (the inner vectors' buffers stay
+  // put when the outer vectors grow).
+  for_each_metadata_field(h->md, [&](const MetadataField& field, auto& value) {
+    using T = std::remove_reference_t<decltype(value)>;
+    if (!status.ok()) return;
+    const MemorySpace space = field.host ? MemorySpace::kHost : md.space;
+    if constexpr (std::is_same_v<T, ConstIndexView>) {
+      status = copy_view(&value, &h->int32_arrays);
+    } else if constexpr (std::is_same_v<T, std::span<const int32_t>>) {
+      status = copy_span(&value, space, &h->int32_arrays);
+    } else if constexpr (std::is_same_v<T, std::span<const uint8_t>>) {
+      status = copy_span(&value, space, &h->uint8_arrays);
+    }
+  });
+  SPARSE_SWA_RETURN_IF_ERROR(status);
   h->md.space = MemorySpace::kHost;
   return h;
 }

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 
+#include "common/int_limits.h"
 #include "common/swa_formulas.h"
 #include "sparse_swa/consumers.h"
 
 namespace sparse_swa {
 
 namespace {
-
-constexpr int32_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 std::string join(const std::vector<int32_t>& v) {
   std::string s = "{";

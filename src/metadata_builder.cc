@@ -1,48 +1,166 @@
+// MetadataBuilder's front end: the config check at create(); per step, every host check, the
+// split, the image spans, the scalars and the prefill host plan, once for both backends, and one
+// call into the backend (src/backend.h's BuilderRows) that writes the rows.
 #include "sparse_swa/metadata_builder.h"
 
+#include <algorithm>
 #include <new>
+#include <vector>
 
-#include "cpu/cpu_metadata_builder.h"
-
-#if SPARSE_SWA_HAS_CUDA
-#include "cuda/cuda_metadata_builder.h"
-#endif
+#include "backend.h"
+#include "batch_checks.h"
 
 namespace sparse_swa {
 
+namespace detail {
+
+// The builder's host side: span CSR scratch, the prefill host plan it exports, the buffers a
+// batch must not overlap, and the last build as a draft update needs it.
+struct BuilderHost {
+  std::vector<int32_t> span_indptr;         // [max_seqs + 1]
+  std::vector<int32_t> span_starts;         // [max_tokens]
+  std::vector<int32_t> span_ends;           // [max_tokens]
+  std::vector<int32_t> prefill_seq_lens;    // [max_seqs]
+  std::vector<int32_t> prefill_query_lens;  // [max_seqs]
+  OwnedBuffers owned;
+  // The last build, kept where the caller cannot write it.
+  DraftUpdateRecord last_build;
+  std::vector<int32_t> build_query_start_loc;  // [max_seqs + 1]
+};
+
+Status poison_cuda_builder_outputs(MetadataBuilder* builder, uint8_t byte) {
+  if (builder->backend() != Backend::kCuda) {
+    return invalid_argument("builder: expected a CUDA backend builder");
+  }
+  return BuilderInternals::rows(*builder).poison(byte);
+}
+
+}  // namespace detail
+
+namespace {
+
+// The CUDA backend plans with host copies of query_start_loc and seq_lens.
+Status check_host_copies_given(const BatchInput& b) {
+  if ((b.query_start_loc_host.empty() || b.seq_lens_host.empty()) && !b.seq_lens.empty()) {
+    return invalid_argument(
+        "batch.query_start_loc_host / batch.seq_lens_host: the CUDA "
+        "backend needs host copies of query_start_loc and seq_lens");
+  }
+  return Status::Ok();
+}
+
+MemorySpace space_of(Backend backend) {
+  return backend == Backend::kCuda ? MemorySpace::kDevice : MemorySpace::kHost;
+}
+
+}  // namespace
+
 const char* backend_name(Backend b) { return b == Backend::kCuda ? "cuda" : "cpu"; }
 
-bool cuda_backend_available() {
-#if SPARSE_SWA_HAS_CUDA
-  return detail::cuda_device_usable();
-#else
-  return false;
-#endif
-}
+bool cuda_backend_available() { return detail::cuda_device_usable(); }
+
+MetadataBuilder::MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived,
+                                 Backend backend)
+    : config_(config), derived_(derived), backend_(backend) {}
+
+MetadataBuilder::~MetadataBuilder() = default;
 
 StatusOr<std::unique_ptr<MetadataBuilder>> MetadataBuilder::create(const BuilderConfig& config,
                                                                    Backend backend,
                                                                    void* cuda_stream) {
   SPARSE_SWA_RETURN_IF_ERROR(validate_config(config));
   const DerivedConfig derived = derive_config(config);
-  if (backend == Backend::kCpu) {
-    try {
-      return std::unique_ptr<MetadataBuilder>(new detail::CpuMetadataBuilder(config, derived));
-    } catch (const std::bad_alloc&) {
-      return unavailable(
-          "MetadataBuilder::create: out of host memory for the persistent buffers "
-          "(max_num_batched_tokens = ",
-          config.max_num_batched_tokens, ")");
+  auto rows = backend == Backend::kCpu
+                  ? detail::create_cpu_builder_rows(config, derived)
+                  : detail::create_cuda_builder_rows(config, derived, cuda_stream);
+  SPARSE_SWA_RETURN_IF_ERROR(rows.status());
+  std::unique_ptr<MetadataBuilder> builder(new MetadataBuilder(config, derived, backend));
+  builder->rows_ = std::move(rows).value();
+  try {
+    auto host = std::make_unique<detail::BuilderHost>();
+    const size_t max_tokens = static_cast<size_t>(config.max_num_batched_tokens);
+    const size_t max_seqs = static_cast<size_t>(config.max_num_seqs);
+    if (config.max_image_tokens > 0) {
+      host->span_indptr.assign(max_seqs + 1, 0);
+      host->span_starts.assign(max_tokens, 0);
+      host->span_ends.assign(max_tokens, 0);
     }
+    host->prefill_seq_lens.assign(max_seqs, 0);
+    host->prefill_query_lens.assign(max_seqs, 0);
+    host->build_query_start_loc.assign(max_seqs + 1, 0);
+    builder->rows_->add_owned_buffers(&host->owned);
+    host->owned.add(host->prefill_seq_lens.data(), sizeof(int32_t) * max_seqs,
+                    "prefill_seq_lens_host");
+    host->owned.add(host->prefill_query_lens.data(), sizeof(int32_t) * max_seqs,
+                    "prefill_query_lens_host");
+    host->owned.seal();
+    builder->host_ = std::move(host);
+  } catch (const std::bad_alloc&) {
+    return unavailable(
+        "MetadataBuilder::create: out of host memory for the persistent buffers "
+        "(max_num_batched_tokens = ",
+        config.max_num_batched_tokens, ")");
   }
-#if SPARSE_SWA_HAS_CUDA
-  return detail::create_cuda_metadata_builder(config, derived, cuda_stream);
-#else
-  (void)cuda_stream;
-  return unavailable(
-      "backend cuda: this build of sparse_swa has no CUDA backend (configure with "
-      "a CUDA toolkit and SPARSE_SWA_CUDA=ON)");
-#endif
+  return builder;
 }
+
+Status MetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
+  detail::BuilderHost& h = *host_;
+  const bool on_device = backend_ == Backend::kCuda;
+  if (on_device) SPARSE_SWA_RETURN_IF_ERROR(check_host_copies_given(b));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_batch_outside(b, h.owned));
+  detail::RowsPlan plan;
+  SPARSE_SWA_RETURN_IF_ERROR(
+      detail::check_batch(config_, derived_, b, /*arrays_on_host=*/!on_device, &plan.split));
+  detail::SpanCsr spans{h.span_indptr.data(), h.span_starts.data(), h.span_ends.data(),
+                        config_.max_num_batched_tokens, 0};
+  SPARSE_SWA_RETURN_IF_ERROR(detail::build_span_csr(b.image_spans, detail::host_seq_lens(b),
+                                                    config_.max_image_tokens, &spans));
+  plan.spans = &spans;
+  plan.with_image =
+      config_.max_image_tokens > 0 && plan.split.num_prefill_tokens > 0 && spans.count > 0;
+  plan.decode_width = b.causal ? config_.window_size : derived_.noncausal_index_width;
+
+  SwaMetadata md =
+      detail::step_metadata_scalars(config_, derived_, b, plan.split, space_of(backend_));
+  SPARSE_SWA_RETURN_IF_ERROR(rows_->write_rows(b, plan, &md));
+
+  // The rows are written (or enqueued): from here on nothing fails.
+  const size_t rp = static_cast<size_t>(plan.split.num_prefills);
+  detail::fill_prefill_host_plan(b, plan.split, h.prefill_seq_lens.data(),
+                                 h.prefill_query_lens.data());
+  md.prefill_seq_lens_host = {h.prefill_seq_lens.data(), rp};
+  md.prefill_query_lens_host = {h.prefill_query_lens.data(), rp};
+  const auto qsl = detail::host_query_start_loc(b);
+  std::copy(qsl.begin(), qsl.end(), h.build_query_start_loc.begin());
+  h.last_build = {.decode_rows = md.decode_swa.data,
+                  .decode_lens = md.decode_swa.lens,
+                  .decode_width = md.decode_swa.width,
+                  .num_reqs = b.num_reqs(),
+                  .num_tokens = b.num_tokens(),
+                  .num_decodes = plan.split.num_decodes,
+                  .num_decode_tokens = plan.split.num_decode_tokens,
+                  .query_start_loc = {h.build_query_start_loc.data(), qsl.size()}};
+  *out = md;
+  return Status::Ok();
+}
+
+Status MetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadata* md) {
+  detail::BuilderHost& h = *host_;
+  const bool on_device = backend_ == Backend::kCuda;
+  SPARSE_SWA_RETURN_IF_ERROR(
+      detail::check_draft_update_target(md, h.last_build, space_of(backend_), b));
+  if (on_device) SPARSE_SWA_RETURN_IF_ERROR(check_host_copies_given(b));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_batch_outside(b, h.owned));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      detail::check_batch(config_, derived_, b, /*arrays_on_host=*/!on_device));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_draft_update_spans(h.last_build, b));
+  if (h.last_build.num_decode_tokens == 0) return Status::Ok();
+  SPARSE_SWA_RETURN_IF_ERROR(rows_->update_decode_rows(b, h.last_build));
+  md->tile_schedulers = derived_.layer_types;
+  return Status::Ok();
+}
+
+Status MetadataBuilder::take_device_error() { return rows_->take_device_error(); }
 
 }  // namespace sparse_swa

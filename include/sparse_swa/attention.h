@@ -25,7 +25,7 @@
 
 #include "sparse_swa/index_view.h"
 #include "sparse_swa/kv_cache.h"
-#include "sparse_swa/metadata_builder.h"
+#include "sparse_swa/metadata_builder.h"  // cuda_backend_available()
 #include "sparse_swa/status.h"
 
 namespace sparse_swa {
@@ -64,11 +64,11 @@ struct SparseAttentionParams {
   int64_t workspace_bytes = 0;
 };
 
-// Runs the attention on `backend`: every pointer and view must be in host memory for kCpu and in
-// device memory for kCuda. Shape, stride, head-count, dtype and memory-space problems are errors
-// before anything runs. cuda_stream is a cudaStream_t (nullptr = default stream).
-Status sparse_attention(const SparseAttentionParams& params, Backend backend,
-                        void* cuda_stream = nullptr);
+// Runs the attention on the backend the views' memory space picks (swa_indices.space): host =
+// the CPU reference, device = CUDA. Every view, and every pointer, must live in that space.
+// Shape, stride, head-count, dtype and memory-space problems are errors before anything runs.
+// cuda_stream is a cudaStream_t (nullptr = default stream; ignored on the CPU).
+Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream = nullptr);
 
 // Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths) on the current
 // device: 0 when it would not split the keys, without a CUDA build or without a device.

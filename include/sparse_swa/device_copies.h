@@ -34,13 +34,12 @@ class DeviceBatch {
   BatchInput input_;
 };
 
-// A host copy of metadata from either memory space; md's views point into this object.
+// A host copy of metadata from either memory space: every array of the field list
+// (metadata_fields.h) copied; md's views point into this object.
 struct HostMetadata {
   SwaMetadata md;
-  std::vector<int32_t> token_to_req, decode_rows, decode_lens, prefill_rows, prefill_lens;
-  std::vector<int32_t> left_visible, right_visible, gather_lens, prefill_seq_lens,
-      prefill_query_lens;
-  std::vector<uint8_t> is_valid;
+  std::vector<std::vector<int32_t>> int32_arrays;  // index views: rows, then lens
+  std::vector<std::vector<uint8_t>> uint8_arrays;
 };
 
 // Synchronous copy (device metadata: cudaMemcpy after the builder's work on the default

@@ -17,6 +17,12 @@ const char* backend_name(Backend b);
 // True when this library was built with the CUDA backend and a CUDA device is usable.
 bool cuda_backend_available();
 
+namespace detail {
+class BuilderRows;        // the backend that writes the rows (src/backend.h)
+struct BuilderHost;       // the host buffers and the last build's record (metadata_builder.cc)
+struct BuilderInternals;  // tests' access to the backend's buffers (src/backend.h)
+}  // namespace detail
+
 class MetadataBuilder {
  public:
   // Validates the config and allocates every persistent buffer (sized from
@@ -25,15 +31,17 @@ class MetadataBuilder {
   static StatusOr<std::unique_ptr<MetadataBuilder>> create(const BuilderConfig& config,
                                                            Backend backend = Backend::kCpu,
                                                            void* cuda_stream = nullptr);
-  virtual ~MetadataBuilder() = default;
+  ~MetadataBuilder();
+  MetadataBuilder(const MetadataBuilder&) = delete;
+  MetadataBuilder& operator=(const MetadataBuilder&) = delete;
 
   const BuilderConfig& config() const { return config_; }
   const DerivedConfig& derived() const { return derived_; }
-  virtual Backend backend() const = 0;
+  Backend backend() const { return backend_; }
 
   // Validates the batch (on error nothing is written), then fills `out` with views into the
   // persistent buffers. Allocates nothing; buffer addresses are the same on every step.
-  virtual Status build(const BatchInput& batch, SwaMetadata* out) = 0;
+  Status build(const BatchInput& batch, SwaMetadata* out);
 
   // The reference's update_draft_decode_metadata: after seq_lens (and possibly block_table)
   // advanced in place, recompute the first Td causal decode rows of `md` (from the last build)
@@ -42,7 +50,7 @@ class MetadataBuilder {
   // (query_start_loc equal to the build's, element by element); the batch is checked as in
   // build(). Token mapping and validity are the build's, from the builder's own copies: writes
   // to the exported token_to_req_indices / is_valid_token change neither.
-  virtual Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md) = 0;
+  Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md);
 
   // CUDA backend: the device arrays cannot be read on the host without a sync, so build()
   // checks the host copies and the kernel re-checks each row against the device arrays. A row
@@ -51,15 +59,17 @@ class MetadataBuilder {
   // update's query_start_loc whose spans differ from the build's) is written as invalid (lens 0,
   // all -1) and recorded. This call synchronises the builder's stream and returns (and clears)
   // that record. The CPU backend checks everything in build(): always Ok.
-  virtual Status take_device_error() { return Status::Ok(); }
-
- protected:
-  MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived)
-      : config_(config), derived_(derived) {}
+  Status take_device_error();
 
  private:
+  friend struct detail::BuilderInternals;
+  MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived, Backend backend);
+
   BuilderConfig config_;
   DerivedConfig derived_;
+  Backend backend_;
+  std::unique_ptr<detail::BuilderRows> rows_;
+  std::unique_ptr<detail::BuilderHost> host_;
 };
 
 }  // namespace sparse_swa

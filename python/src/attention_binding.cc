@@ -229,7 +229,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   p.softmax_scale = scale;
   p.out = out_data;
   p.lse = lse_data;
-  throw_if_error(sparse_attention(p, Backend::kCpu));
+  throw_if_error(sparse_attention(p));
   return {out, lse};
 }
 

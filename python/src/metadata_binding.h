@@ -4,7 +4,6 @@
 
 #include <nanobind/nanobind.h>
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -18,21 +17,6 @@ namespace sparse_swa::python {
 
 namespace nb = nanobind;
 
-enum class MetadataArray : int {
-  kDecodeSwaIndices,     // [Td, 1, decode_swa_width] int32
-  kDecodeSwaLens,        // [Td] int32
-  kPrefillSwaIndices,    // [Tp, 1, W + Mi] int32, None when Tp == 0
-  kPrefillSwaLens,       // [Tp] int32, None when Tp == 0
-  kLeftVisible,          // [T] int32, None unless the image path ran
-  kRightVisible,         // [T] int32, None unless the image path ran
-  kGatherLens,           // [Rp] int32, None when Rp == 0
-  kPrefillSeqLensCpu,    // [Rp] int32 host, None when Rp == 0
-  kPrefillQueryLensCpu,  // [Rp] int32 host, None when Rp == 0
-  kTokenToReq,           // [T] int32
-  kIsValidToken,         // [T] bool
-  kCount,
-};
-
 struct PyMetadata {
   SwaMetadata md;
   nb::object builder;               // the Python MetadataBuilder; None for a copy()
@@ -44,16 +28,17 @@ struct PyMetadata {
   Framework device_framework = Framework::kNumpy;
   Framework host_framework = Framework::kNumpy;
   BatchObjects inputs;
-  std::array<nb::object, static_cast<int>(MetadataArray::kCount)> arrays;  // exported lazily
-  std::vector<int32_t> owned_host_lens;  // copy(): [2 * Rp] prefill seq lens then query lens
-  nb::dict tile_sched;                   // layer type name -> scheduler object
+  // The arrays of the field list (metadata_fields.h; an index view gives two), exported lazily.
+  std::vector<nb::object> arrays;
+  std::vector<std::vector<int32_t>> owned_host_arrays;  // copy(): the host arrays, owned
+  nb::dict tile_sched;                                  // layer type name -> scheduler object
   nb::dict flashinfer_sparse_index_cache;
 
   // ValueError unless this is the metadata of its builder's last build() on that backend (a
   // later build rewrote the buffers it reads). A copy() owns what it reads and always passes.
   void expect_current() const;
-  // The array (or None), exported on first use and cached.
-  nb::object array(MetadataArray which);
+  // Array `which` of the field list's arrays (or None), exported on first use and cached.
+  nb::object array(size_t which);
   // A detached snapshot: every array copied by its framework, host lens owned.
   PyMetadata copy();
 };

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "common/fp8_e4m3.h"
 #include "cuda/attention_ds_mla.cuh"
-#include "cuda/attention_launch.cuh"
-#include "cuda/kv_codec_launch.cuh"
+#include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {
 namespace {
@@ -25,7 +25,6 @@ constexpr int kKeyTile = 32;  // keys per tile; the softmax step gives one key t
 constexpr int kDimsPerThread = kHeadDim / kThreads;  // output dims owned by each thread
 constexpr int kValuesPerLane = kHeadDim / 32;        // dims of one dot product per lane
 constexpr int kMaxGroupHeads = 16;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 struct SegmentArgs {
   const int32_t* indices;  // [T, row_stride] slot ids
@@ -58,15 +57,6 @@ constexpr int64_t smem_floats(int group_heads) {
          + int64_t{kKeyTile} * kHeadDim     // k_s  [32, 512], 0 for masked keys
          + int64_t{group_heads} * kKeyTile  // p_s  [G, 32] scores, then probabilities
          + 3 * int64_t{group_heads};        // m_s, l_s, c_s [G]: max, sum, rescale factor
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
 }
 
 // Resolves entry `col` of segment `seg` for token t: the key's data and scale addresses, or
@@ -275,7 +265,7 @@ SegmentArgs segment_args(const ConstIndexView& v, const ConstKvCacheView& c) {
 template <int G>
 Status launch(const AttentionArgs& args, int64_t num_tokens, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(smem_floats(G)) * sizeof(float);
-  cudaError_t err =
+  const cudaError_t err =
       cudaFuncSetAttribute(sparse_attention_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
   if (err != cudaSuccess) {
@@ -285,11 +275,7 @@ Status launch(const AttentionArgs& args, int64_t num_tokens, cudaStream_t stream
   }
   const int64_t blocks = num_tokens * args.num_groups;
   sparse_attention_kernel<G><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(args);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return internal_error("sparse_attention: kernel launch failed: ", cudaGetErrorString(err));
-  }
-  return Status::Ok();
+  return check_launch("sparse_attention");
 }
 
 Status check_segment_pointers(const ConstIndexView& v, const ConstKvCacheView& c,
@@ -324,37 +310,20 @@ Status check_pointers(const SparseAttentionParams& p) {
   return Status::Ok();
 }
 
-// RAII device allocation for the host-staged entry point.
-class DeviceBytes {
- public:
-  DeviceBytes() = default;
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  ~DeviceBytes() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+// Allocates `bytes` (at least 1) on the device and copies `src` (may be nullptr) into it.
+Status upload(const void* src, size_t bytes, const char* what, DeviceBuffer<uint8_t>* buffer) {
+  const Status allocated = buffer->allocate(bytes == 0 ? 1 : bytes);
+  if (!allocated.ok()) {
+    return unavailable(what, ": allocating ", bytes, " bytes failed: ", allocated.message());
   }
-  // Allocates `bytes` (at least 1) and copies `src` (may be nullptr) into it.
-  Status upload(const void* src, size_t bytes, const char* what) {
-    cudaError_t err = cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes);
+  if (src != nullptr && bytes > 0) {
+    const cudaError_t err = cudaMemcpy(buffer->get(), src, bytes, cudaMemcpyHostToDevice);
     if (err != cudaSuccess) {
-      cudaGetLastError();
-      ptr_ = nullptr;
-      return unavailable(what, ": cudaMalloc of ", bytes,
-                         " bytes failed: ", cudaGetErrorString(err));
+      return internal_error(what, ": copy to the device failed: ", cudaGetErrorString(err));
     }
-    if (src != nullptr && bytes > 0) {
-      err = cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice);
-      if (err != cudaSuccess) {
-        return internal_error(what, ": copy to the device failed: ", cudaGetErrorString(err));
-      }
-    }
-    return Status::Ok();
   }
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
+  return Status::Ok();
+}
 
 Status download(void* dst, const void* src, size_t bytes, const char* what) {
   const cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
@@ -365,21 +334,21 @@ Status download(void* dst, const void* src, size_t bytes, const char* what) {
 }
 
 // Uploads one host index view; returns the device view.
-Status upload_indices(const ConstIndexView& v, DeviceBytes* data, DeviceBytes* lens,
-                      ConstIndexView* out) {
+Status upload_indices(const ConstIndexView& v, DeviceBuffer<uint8_t>* data,
+                      DeviceBuffer<uint8_t>* lens, ConstIndexView* out) {
   const size_t elements =
       v.rows > 0 ? static_cast<size_t>((v.rows - 1) * v.row_stride + v.width) : 0;
-  SPARSE_SWA_RETURN_IF_ERROR(data->upload(v.data, elements * sizeof(int32_t), "indices"));
-  SPARSE_SWA_RETURN_IF_ERROR(lens->upload(v.lens, v.rows * sizeof(int32_t), "lens"));
+  SPARSE_SWA_RETURN_IF_ERROR(upload(v.data, elements * sizeof(int32_t), "indices", data));
+  SPARSE_SWA_RETURN_IF_ERROR(upload(v.lens, v.rows * sizeof(int32_t), "lens", lens));
   *out = v;
-  out->data = static_cast<const int32_t*>(data->get());
-  out->lens = static_cast<const int32_t*>(lens->get());
+  out->data = reinterpret_cast<const int32_t*>(data->get());
+  out->lens = reinterpret_cast<const int32_t*>(lens->get());
   out->space = MemorySpace::kDevice;
   return Status::Ok();
 }
 
-Status upload_cache(const ConstKvCacheView& c, DeviceBytes* data, ConstKvCacheView* out) {
-  SPARSE_SWA_RETURN_IF_ERROR(data->upload(c.data, c.num_blocks * c.page_stride_bytes, "cache"));
+Status upload_cache(const ConstKvCacheView& c, DeviceBuffer<uint8_t>* data, ConstKvCacheView* out) {
+  SPARSE_SWA_RETURN_IF_ERROR(upload(c.data, c.num_blocks * c.page_stride_bytes, "cache", data));
   *out = c;
   out->data = data->get();
   out->space = MemorySpace::kDevice;
@@ -456,20 +425,22 @@ Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {
   const size_t q_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads * kHeadDim;
   const size_t lse_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads;
   SparseAttentionParams dp = hp;
-  DeviceBytes q, out, lse, sinks, bad, swa_idx, swa_lens, swa_cache, ex_idx, ex_lens, ex_cache;
-  SPARSE_SWA_RETURN_IF_ERROR(q.upload(hp.q, q_elems * sizeof(uint16_t), "q"));
-  SPARSE_SWA_RETURN_IF_ERROR(out.upload(nullptr, q_elems * sizeof(uint16_t), "out"));
-  SPARSE_SWA_RETURN_IF_ERROR(lse.upload(nullptr, lse_elems * sizeof(float), "lse"));
-  dp.q = static_cast<const uint16_t*>(q.get());
-  dp.out = static_cast<uint16_t*>(out.get());
-  dp.lse = static_cast<float*>(lse.get());
+  DeviceBuffer<uint8_t> q, out, lse, sinks, bad, swa_idx, swa_lens, swa_cache, ex_idx, ex_lens,
+      ex_cache;
+  SPARSE_SWA_RETURN_IF_ERROR(upload(hp.q, q_elems * sizeof(uint16_t), "q", &q));
+  SPARSE_SWA_RETURN_IF_ERROR(upload(nullptr, q_elems * sizeof(uint16_t), "out", &out));
+  SPARSE_SWA_RETURN_IF_ERROR(upload(nullptr, lse_elems * sizeof(float), "lse", &lse));
+  dp.q = reinterpret_cast<const uint16_t*>(q.get());
+  dp.out = reinterpret_cast<uint16_t*>(out.get());
+  dp.lse = reinterpret_cast<float*>(lse.get());
   if (hp.sinks != nullptr) {
-    SPARSE_SWA_RETURN_IF_ERROR(sinks.upload(hp.sinks, hp.num_heads * sizeof(float), "sinks"));
-    dp.sinks = static_cast<const float*>(sinks.get());
+    SPARSE_SWA_RETURN_IF_ERROR(upload(hp.sinks, hp.num_heads * sizeof(float), "sinks", &sinks));
+    dp.sinks = reinterpret_cast<const float*>(sinks.get());
   }
   if (hp.bad_index_count != nullptr) {
-    SPARSE_SWA_RETURN_IF_ERROR(bad.upload(hp.bad_index_count, sizeof(int32_t), "bad_index_count"));
-    dp.bad_index_count = static_cast<int32_t*>(bad.get());
+    SPARSE_SWA_RETURN_IF_ERROR(
+        upload(hp.bad_index_count, sizeof(int32_t), "bad_index_count", &bad));
+    dp.bad_index_count = reinterpret_cast<int32_t*>(bad.get());
   }
   SPARSE_SWA_RETURN_IF_ERROR(upload_indices(hp.swa_indices, &swa_idx, &swa_lens, &dp.swa_indices));
   SPARSE_SWA_RETURN_IF_ERROR(upload_cache(hp.swa_cache, &swa_cache, &dp.swa_cache));
@@ -478,7 +449,6 @@ Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {
         upload_indices(hp.extra_indices, &ex_idx, &ex_lens, &dp.extra_indices));
     SPARSE_SWA_RETURN_IF_ERROR(upload_cache(hp.extra_cache, &ex_cache, &dp.extra_cache));
   }
-  SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(dp, MemorySpace::kDevice));
   SPARSE_SWA_RETURN_IF_ERROR(cuda_sparse_attention(dp, nullptr));
   SPARSE_SWA_RETURN_IF_ERROR(download(hp.out, out.get(), q_elems * sizeof(uint16_t), "out"));
   SPARSE_SWA_RETURN_IF_ERROR(download(hp.lse, lse.get(), lse_elems * sizeof(float), "lse"));

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "cuda/attention_ds_mla.cuh"
-#include "cuda/kv_codec_launch.cuh"
+#include "cuda/cuda_utils.h"
 #include "cuda/mma_ptx.cuh"
 #include "sparse_swa/kv_cache.h"
 

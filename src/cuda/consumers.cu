@@ -1,23 +1,22 @@
-// CUDA versions of the index consumers (src/cpu/*: the reference they match bit for bit).
+// CUDA versions of the index consumers (src/cpu/: the reference they match bit for bit).
 // One warp per output row; every read is bounds-checked against the shapes the host checked, and
 // a row whose metadata is inconsistent (the CPU reports an error) becomes -1 with lens 0, so no
 // input value can make a kernel fault. Launchers enqueue on the caller's stream and never sync.
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
-#include <limits>
 
+#include "backend.h"
 #include "common/swa_formulas.h"
-#include "cpu/consumers_internal.h"
+#include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {
 
 namespace {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = kWarpSize;
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = kThreads / kWarp;
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 // Plain-pointer copies of the views a kernel reads.
 struct Mat {
@@ -70,18 +69,6 @@ Step step_of(const ConsumerStep& s) {
 
 int blocks_for(int64_t rows) {
   return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-}
-
-Status launch_status(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return internal_error(what, ": kernel launch failed: ", cudaGetErrorString(e));
-  return Status::Ok();
-}
-
-__device__ int32_t warp_sum(int32_t v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-  return __shfl_sync(0xffffffffu, v, 0);
 }
 
 // The request of token t, or -1 for an invalid token or an out-of-range mapping.
@@ -145,7 +132,7 @@ __device__ TokenWindow token_window(const Step& s, int32_t t, int32_t r, bool ch
       if (id < 0 || id * s.block_size + (s.block_size - 1) > kInt32Max) bad = true;
     }
   }
-  tw.ok = !__any_sync(0xffffffffu, bad);
+  tw.ok = !__any_sync(kFullWarpMask, bad);
   return tw;
 }
 
@@ -364,7 +351,7 @@ Status cuda_compressed_topk_to_global(const SwaMetadata& md, int32_t first_token
   compressed_topk_kernel<<<blocks_for(local.rows), kThreads, 0,
                            static_cast<cudaStream_t>(stream)>>>(ti, first_token, mat(local),
                                                                 cache_of(cache), out_rows(out));
-  return launch_status("compressed_topk_to_global");
+  return check_launch("compressed_topk_to_global");
 }
 
 Status cuda_copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIndexView global,
@@ -373,7 +360,7 @@ Status cuda_copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIn
   const Mat g{global.data, global.rows, global.width, global.row_stride};
   copy_global_kernel<<<blocks_for(global.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       ti, first_token, g, global.lens, out_rows(out));
-  return launch_status("copy_global_topk");
+  return check_launch("copy_global_topk");
 }
 
 Status cuda_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
@@ -398,7 +385,7 @@ Status cuda_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& t
   p.swa_lens = swa_lens.empty() ? nullptr : swa_lens.data();
   mixed_matrix_kernel<<<blocks_for(md.num_tokens), kThreads, 0,
                         static_cast<cudaStream_t>(stream)>>>(p);
-  return launch_status("build_mixed_matrix");
+  return check_launch("build_mixed_matrix");
 }
 
 Status cuda_build_combined_prefill(const ConsumerStep& step, const CombineChunk& chunk,
@@ -415,17 +402,17 @@ Status cuda_build_combined_prefill(const ConsumerStep& step, const CombineChunk&
   p.out = out_rows(out);
   combined_prefill_kernel<<<blocks_for(chunk.rows), kThreads, 0,
                             static_cast<cudaStream_t>(stream)>>>(p);
-  return launch_status("build_combined_prefill");
+  return check_launch("build_combined_prefill");
 }
 
 Status cuda_to_ragged(const ConstIndexView& view, const RaggedView& out, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   ragged_indptr_kernel<<<1, kScanThreads, 0, s>>>(view.lens, view.rows, view.width, out.indptr);
-  SPARSE_SWA_RETURN_IF_ERROR(launch_status("to_ragged (indptr)"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_launch("to_ragged (indptr)"));
   if (view.rows == 0) return Status::Ok();
   const Mat dense{view.data, view.rows, view.width, view.row_stride};
   ragged_values_kernel<<<blocks_for(view.rows), kThreads, 0, s>>>(dense, out.indptr, out.values);
-  return launch_status("to_ragged (values)");
+  return check_launch("to_ragged (values)");
 }
 
 }  // namespace sparse_swa::detail

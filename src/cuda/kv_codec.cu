@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
+#include "backend.h"
 #include "common/fp8_e4m3.h"
-#include "cuda/kv_codec_launch.cuh"
+#include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 struct DeviceCache {
   uint8_t* data;
@@ -31,9 +31,8 @@ __device__ __forceinline__ float load_value(const uint16_t* row, int i) {
   return fp8::bf16_to_float(row[i]);
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fp8::amax_step(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
+__device__ __forceinline__ float warp_amax(float v) {
+  return warp_allreduce(v, [](float a, float b) { return fp8::amax_step(a, b); });
 }
 
 // rows: [n, stride] (fp32 or bf16 bits), slots: [n]; warp w of the grid encodes row w.
@@ -58,7 +57,7 @@ __global__ void encode_kernel(const In* rows, int64_t n, int64_t stride, const i
       const float v0 = load_value(x, g * kQuantTile + lane);
       const float v1 = load_value(x, g * kQuantTile + lane + 32);
       // abs of a NaN input never wins amax_step, so NaN tiles keep the finite amax (as on CPU).
-      const float amax = warp_max(fp8::amax_step(fp8::amax_step(fp8::kAmaxFloor, v0), v1));
+      const float amax = warp_amax(fp8::amax_step(fp8::amax_step(fp8::kAmaxFloor, v0), v1));
       const int e = fp8::scale_exponent(amax);
       data[g * kQuantTile + lane] = fp8::quantize(v0, e);
       data[g * kQuantTile + lane + 32] = fp8::quantize(v1, e);
@@ -105,14 +104,6 @@ __global__ void decode_kernel(DeviceCache cache, const int64_t* slots, int64_t n
   }
 }
 
-Status launch_status(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    return internal_error(what, ": kernel launch failed: ", cudaGetErrorString(err));
-  }
-  return Status::Ok();
-}
-
 unsigned grid_for_rows(int64_t n) {
   return static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
@@ -152,46 +143,10 @@ Status encode(MatrixView<const In> rows, std::span<const int64_t> slots, const K
                       static_cast<cudaStream_t>(options.cuda_stream)>>>(
       rows.data, rows.rows, rows.stride, slots.data(), device_cache(cache),
       options.device_bad_slot_count);
-  return launch_status("encode_kv_rows");
+  return check_launch("encode_kv_rows");
 }
 
 }  // namespace
-
-Status check_cuda_device() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return unavailable("backend cuda: no usable CUDA device (",
-                       err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", ")");
-  }
-  return Status::Ok();
-}
-
-bool stream_capturing(void* stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
-Status check_device_pointer(const void* ptr, const char* name) {
-  if (ptr == nullptr) return invalid_argument(name, ": null device pointer");
-  cudaPointerAttributes attr{};
-  const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // not sticky; do not leave it for the next launch check
-    return invalid_argument(name, ": not a CUDA pointer (", cudaGetErrorString(err), ")");
-  }
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
-    return invalid_argument(name, ": expected device or managed memory, got ",
-                            attr.type == cudaMemoryTypeHost ? "pinned host" : "unregistered host",
-                            " memory");
-  }
-  return Status::Ok();
-}
 
 Status cuda_encode_kv_rows(MatrixView<const float> rows, std::span<const int64_t> slots,
                            const KvCacheView& cache, const KvCodecOptions& options) {
@@ -216,7 +171,7 @@ Status cuda_decode_kv_rows(const ConstKvCacheView& cache, std::span<const int64_
                   static_cast<cudaStream_t>(options.cuda_stream)>>>(
       device_cache(cache), slots.data(), out.rows, out.data, out.stride,
       options.device_bad_slot_count);
-  return launch_status("decode_kv_rows");
+  return check_launch("decode_kv_rows");
 }
 
 }  // namespace sparse_swa::detail

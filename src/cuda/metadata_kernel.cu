@@ -7,8 +7,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <climits>
-
 #include "common/swa_formulas.h"
 #include "cuda/metadata_kernel.cuh"
 #include "cuda/metadata_rows.cuh"
@@ -141,9 +139,9 @@ __device__ bool build_draft_request(const MetadataKernelParams& p, int32_t t0, i
   const RowBlocks blocks = load_row_blocks(bt_row, bs.block(w.start), bs.block(w.end - 1), lane);
   if (!blocks.in_lanes) return false;
   const bool mine = lane < count;
-  const unsigned valid = __ballot_sync(kFullMask, mine && slot >= 0);
+  const unsigned valid = __ballot_sync(kFullWarpMask, mine && slot >= 0);
   bool bad = false;
-  for (int32_t base = 0; base < width; base += 4 * kWarp) {
+  for (int32_t base = 0; base < width; base += 4 * kWarpSize) {
     const int32_t j0 = base + 4 * lane;
     const int4 v = row_chunk(j0, n, w.start, blocks, bs, &bad);
     if (j0 >= width) continue;
@@ -194,14 +192,14 @@ __device__ int32_t build_prefill_run(const MetadataKernelParams& p, int32_t t0, 
       load_row_blocks(bt_row, bs.block(first.start), bs.block(last.end - 1), lane);
   if (!blocks.in_lanes) return 0;
   const bool mine = lane < count;
-  const unsigned valid = __ballot_sync(kFullMask, mine && slot >= 0);
+  const unsigned valid = __ballot_sync(kFullWarpMask, mine && slot >= 0);
   const int32_t row0 = t0 - p.num_decode_tokens;
   bool bad = false;
   for (int32_t j = 0; j < count; ++j) {
     const formulas::Window w = formulas::causal_window(pos0 + j, p.window, 0, 0);
     const bool row_valid = (valid >> j) & 1u;
     int32_t* row = p.prefill_rows + static_cast<int64_t>(row0 + j) * width;
-    for (int32_t base = 0; base < width; base += 4 * kWarp) {
+    for (int32_t base = 0; base < width; base += 4 * kWarpSize) {
       const int32_t j0 = base + 4 * lane;
       const int4 v = row_chunk(j0, row_valid ? w.size() : 0, w.start, blocks, bs, &bad);
       if (j0 < width) *reinterpret_cast<int4*>(row + j0) = v;
@@ -257,8 +255,8 @@ __device__ void build_unit(const MetadataKernelParams& p, int32_t unit, int lane
 __global__ void __launch_bounds__(kMetadataKernelThreads)
     build_metadata_kernel(const MetadataKernelParams p) {
   // Indices fit int32: rows <= max_num_batched_tokens, the grid is capped (metadata_kernel_blocks).
-  const int lane = threadIdx.x % kWarp;
-  const int32_t warps_per_block = blockDim.x / kWarp;
+  const int lane = threadIdx.x % kWarpSize;
+  const int32_t warps_per_block = blockDim.x / kWarpSize;
   const int32_t total_warps = gridDim.x * warps_per_block;
   const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
   const int32_t num_threads = gridDim.x * blockDim.x;
@@ -286,7 +284,7 @@ __global__ void __launch_bounds__(kMetadataKernelThreads)
     p.gather_lens[i] = formulas::gather_len(ql, p.seq_lens[r] - ql, p.window);
   }
   const int32_t units = num_units(p);
-  for (int32_t u = blockIdx.x * warps_per_block + threadIdx.x / kWarp; u < units;
+  for (int32_t u = blockIdx.x * warps_per_block + threadIdx.x / kWarpSize; u < units;
        u += total_warps) {
     build_unit(p, u, lane);
   }
@@ -321,7 +319,7 @@ cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* la
 }
 
 int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks) {
-  const int warps_per_block = kMetadataKernelThreads / kWarp;
+  const int warps_per_block = kMetadataKernelThreads / kWarpSize;
   int64_t blocks = (static_cast<int64_t>(num_units(p)) + warps_per_block - 1) / warps_per_block;
   if (!p.update_only) {
     if (p.num_prefills > 0) ++blocks;  // a block free of rows for the gather lens

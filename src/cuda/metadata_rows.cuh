@@ -4,20 +4,16 @@
 
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 
+#include "cuda/cuda_utils.h"
 #include "cuda/metadata_kernel.cuh"
 
 namespace sparse_swa::detail::rows {
 
-constexpr int kWarp = 32;
-
 __device__ inline void flag(const MetadataKernelParams& p, uint32_t bit) {
   atomicOr(p.error_word, bit);
 }
-
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // The request of a token, with its query range [query_start, query_end) and seq_len.
 struct TokenRequest {
@@ -37,12 +33,12 @@ __device__ inline bool find_among(const MetadataKernelParams& p, int32_t t, int3
   const int32_t qs = __ldg(p.query_start_loc + i);
   const int32_t qe = __ldg(p.query_start_loc + i + 1);
   const int32_t seq = __ldg(p.seq_lens + i);
-  const unsigned below = __ballot_sync(kFullMask, lo + lane < hi && qs <= t);
+  const unsigned below = __ballot_sync(kFullWarpMask, lo + lane < hi && qs <= t);
   const int k = below == 0 ? 0 : 31 - __clz(below);
   out->r = lo + k;
-  out->query_start = __shfl_sync(kFullMask, qs, k);
-  out->query_end = __shfl_sync(kFullMask, qe, k);
-  out->seq_len = __shfl_sync(kFullMask, seq, k);
+  out->query_start = __shfl_sync(kFullWarpMask, qs, k);
+  out->query_end = __shfl_sync(kFullWarpMask, qe, k);
+  out->seq_len = __shfl_sync(kFullWarpMask, seq, k);
   return (below & 1u) != 0 && t < out->query_end;
 }
 
@@ -50,13 +46,13 @@ __device__ inline bool find_among(const MetadataKernelParams& p, int32_t t, int3
 // level. Garbage in qsl still gives an r in [0, num_reqs).
 __device__ inline TokenRequest search_request(const MetadataKernelParams& p, int32_t t, int lane) {
   int32_t lo = 0, hi = p.num_reqs;  // invariant: qsl[lo] <= t < qsl[hi]
-  while (hi - lo > kWarp) {
+  while (hi - lo > kWarpSize) {
     const int32_t span = hi - lo;  // < 2^24 (max_num_seqs): span * 32 fits int32
-    const int32_t idx = lo + span * lane / kWarp;
-    const unsigned below = __ballot_sync(kFullMask, __ldg(p.query_start_loc + idx) <= t) | 1u;
+    const int32_t idx = lo + span * lane / kWarpSize;
+    const unsigned below = __ballot_sync(kFullWarpMask, __ldg(p.query_start_loc + idx) <= t) | 1u;
     const int k = 31 - __clz(below);
-    const int32_t next_lo = lo + span * k / kWarp;
-    hi = k == kWarp - 1 ? hi : lo + span * (k + 1) / kWarp;
+    const int32_t next_lo = lo + span * k / kWarpSize;
+    hi = k == kWarpSize - 1 ? hi : lo + span * (k + 1) / kWarpSize;
     lo = next_lo;
   }
   TokenRequest out;
@@ -73,13 +69,13 @@ __device__ inline bool find_by_host_split(const MetadataKernelParams& p, int32_t
     lo = p.decode_query_len > 0 ? t / p.decode_query_len : 0;
     hi = p.decode_query_len > 0 ? lo + 1 : p.num_decodes;
   }
-  if (lo < 0 || hi > p.num_reqs || hi <= lo || hi - lo > kWarp) return false;
+  if (lo < 0 || hi > p.num_reqs || hi <= lo || hi - lo > kWarpSize) return false;
   return find_among(p, t, lo, hi, lane, out);
 }
 
 __device__ inline void write_invalid_row(int32_t* row, int32_t width, int32_t* len, int lane) {
   if (lane == 0) *len = 0;
-  for (int32_t j = lane; j < width; j += kWarp) row[j] = -1;
+  for (int32_t j = lane; j < width; j += kWarpSize) row[j] = -1;
 }
 
 // Positions to blocks: a shift when block_size is a power of two (the usual case), else a
@@ -93,7 +89,7 @@ struct BlockSize {
 // Slot of block id `block` at offset `off`; -1 (and *bad) when it is negative or past int32.
 __device__ inline int32_t checked_slot(int32_t block, int32_t block_size, int32_t off, bool* bad) {
   const int64_t slot = static_cast<int64_t>(block) * block_size + off;
-  if (slot >= 0 && slot <= INT_MAX) return static_cast<int32_t>(slot);
+  if (slot >= 0 && slot <= kInt32Max) return static_cast<int32_t>(slot);
   *bad = true;
   return -1;
 }
@@ -110,14 +106,14 @@ struct RowBlocks {
 
 __device__ inline RowBlocks load_row_blocks(const int32_t* bt_row, int32_t first, int32_t last,
                                             int lane) {
-  RowBlocks b{bt_row, first, last - first < kWarp, 0};
+  RowBlocks b{bt_row, first, last - first < kWarpSize, 0};
   if (b.in_lanes && first + lane <= last) b.lane_id = __ldg(bt_row + first + lane);
   return b;
 }
 
 // Block id of block `blk` (when `needed`). All lanes must call it.
 __device__ inline int32_t block_id(const RowBlocks& b, int32_t blk, bool needed) {
-  if (b.in_lanes) return __shfl_sync(kFullMask, b.lane_id, needed ? blk - b.first : 0);
+  if (b.in_lanes) return __shfl_sync(kFullWarpMask, b.lane_id, needed ? blk - b.first : 0);
   return needed ? __ldg(b.bt_row + blk) : 0;
 }
 
@@ -140,7 +136,7 @@ __device__ inline int4 row_chunk(int32_t j0, int32_t n, int32_t start, const Row
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t slot = off + i > mask ? slot1 + i : slot0 + i;
-    const bool ok = slot >= 0 && slot <= INT_MAX;
+    const bool ok = slot >= 0 && slot <= kInt32Max;
     *bad |= j0 + i < n && !ok;
     v[i] = j0 + i < n && ok ? static_cast<int32_t>(slot) : -1;
   }
@@ -154,13 +150,13 @@ __device__ inline bool write_row(int32_t* row, int32_t width, int32_t n, int32_t
                                  const RowBlocks& blocks, const BlockSize& bs, int lane) {
   bool bad = false;
   if (width % 4 == 0 && bs.shift >= 2 && blocks.in_lanes) {
-    for (int32_t base = 0; base < width; base += 4 * kWarp) {
+    for (int32_t base = 0; base < width; base += 4 * kWarpSize) {
       const int32_t j0 = base + 4 * lane;
       const int4 v = row_chunk(j0, n, start, blocks, bs, &bad);
       if (j0 < width) *reinterpret_cast<int4*>(row + j0) = v;
     }
   } else if (width % 4 == 0) {
-    for (int32_t base = 0; base < width; base += 4 * kWarp) {
+    for (int32_t base = 0; base < width; base += 4 * kWarpSize) {
       const int32_t j0 = base + 4 * lane;
       int32_t v[4];
 #pragma unroll
@@ -174,7 +170,7 @@ __device__ inline bool write_row(int32_t* row, int32_t width, int32_t n, int32_t
       if (j0 < width) *reinterpret_cast<int4*>(row + j0) = make_int4(v[0], v[1], v[2], v[3]);
     }
   } else {
-    for (int32_t base = 0; base < width; base += kWarp) {
+    for (int32_t base = 0; base < width; base += kWarpSize) {
       const int32_t j = base + lane;
       const bool needed = j < n;
       const int32_t blk = bs.block(start + j);

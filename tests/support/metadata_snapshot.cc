@@ -2,6 +2,10 @@
 
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+#include "sparse_swa/metadata_fields.h"
 
 namespace sparse_swa::testing {
 
@@ -12,42 +16,51 @@ void host_copy(void* dst, const void* src, size_t bytes) {
 }
 
 template <typename T>
-std::vector<std::remove_const_t<T>> copy_out(const T* src, size_t count, const CopyToHost& copy) {
+std::vector<int64_t> copy_out(const T* src, size_t count, const CopyToHost& copy) {
   std::vector<std::remove_const_t<T>> v(count);
   if (count > 0) copy(v.data(), src, count * sizeof(T));
-  return v;
+  return std::vector<int64_t>(v.begin(), v.end());
 }
 
 // Rows [rows, width] of a view whose stride may exceed its width.
-std::vector<int32_t> copy_rows(const ConstIndexView& v, const CopyToHost& copy) {
+std::vector<int64_t> copy_rows(const ConstIndexView& v, const CopyToHost& copy) {
   std::vector<int32_t> out(static_cast<size_t>(v.rows) * v.width);
   for (int64_t i = 0; i < v.rows && v.width > 0; ++i) {
     copy(out.data() + i * v.width, v.row(i), sizeof(int32_t) * v.width);
   }
-  return out;
+  return std::vector<int64_t>(out.begin(), out.end());
 }
 
-template <typename T>
-std::string compare_vectors(const char* name, const std::vector<T>& a, const std::vector<T>& b,
-                            int32_t width = 0) {
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return "[" + out + "]";
+}
+
+std::string compare(const MetadataSnapshot::Entry& a, const MetadataSnapshot::Entry& b) {
   std::ostringstream os;
-  if (a.size() != b.size()) {
-    os << name << ": size " << a.size() << " vs " << b.size();
-    return os.str();
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i]) {
-      os << name;
-      if (width > 0) {
-        os << "[" << i / width << "][" << i % width << "]";
+  if (a.name != b.name) {
+    os << "entries: " << a.name << " vs " << b.name;
+  } else if (a.text != b.text) {
+    os << a.name << ": " << a.text << " vs " << b.text;
+  } else if (a.scalar && a.values != b.values) {
+    os << a.name << ": " << a.values[0] << " vs " << b.values[0];
+  } else if (a.values.size() != b.values.size()) {
+    os << a.name << ": size " << a.values.size() << " vs " << b.values.size();
+  } else {
+    for (size_t i = 0; i < a.values.size(); ++i) {
+      if (a.values[i] == b.values[i]) continue;
+      os << a.name;
+      if (a.width > 0) {
+        os << "[" << i / a.width << "][" << i % a.width << "]";
       } else {
         os << "[" << i << "]";
       }
-      os << ": " << +a[i] << " vs " << +b[i];
-      return os.str();
+      os << ": " << a.values[i] << " vs " << b.values[i];
+      break;
     }
   }
-  return "";
+  return os.str();
 }
 
 }  // namespace
@@ -67,82 +80,60 @@ std::vector<int32_t> to_vector(std::span<const int32_t> s) {
 MetadataSnapshot snapshot(const SwaMetadata& md) { return snapshot(md, host_copy); }
 
 MetadataSnapshot snapshot(const SwaMetadata& md, const CopyToHost& copy_to_host) {
-  const CopyToHost& copy = md.space == MemorySpace::kHost ? CopyToHost(host_copy) : copy_to_host;
+  const CopyToHost& device_copy =
+      md.space == MemorySpace::kHost ? CopyToHost(host_copy) : copy_to_host;
   MetadataSnapshot s;
-  s.causal = md.causal;
-  s.num_reqs = md.num_reqs;
-  s.num_tokens = md.num_tokens;
-  s.num_decodes = md.num_decodes;
-  s.num_prefills = md.num_prefills;
-  s.num_decode_tokens = md.num_decode_tokens;
-  s.num_prefill_tokens = md.num_prefill_tokens;
-  s.max_decode_query_len = md.max_decode_query_len;
-  s.token_to_req = copy_out(md.token_to_req_indices.data(), md.token_to_req_indices.size(), copy);
-  s.is_valid = copy_out(md.is_valid_token.data(), md.is_valid_token.size(), copy);
-  s.decode_width = md.decode_swa.width;
-  s.decode_window = md.decode_swa.window;
-  s.decode_rows = copy_rows(md.decode_swa, copy);
-  s.decode_lens = copy_out(md.decode_swa.lens, md.decode_swa.rows, copy);
-  s.prefill_width = md.prefill_swa.width;
-  s.prefill_window = md.prefill_swa.window;
-  s.prefill_rows = copy_rows(md.prefill_swa, copy);
-  s.prefill_lens = copy_out(md.prefill_swa.lens, md.prefill_swa.rows, copy);
-  s.has_image = md.has_image();
-  s.left_visible = copy_out(md.left_visible.data(), md.left_visible.size(), copy);
-  s.right_visible = copy_out(md.right_visible.data(), md.right_visible.size(), copy);
-  s.gather_lens = copy_out(md.prefill_gather_lens.data(), md.prefill_gather_lens.size(), copy);
-  s.prefill_seq_lens_host = to_vector(md.prefill_seq_lens_host);
-  s.prefill_query_lens_host = to_vector(md.prefill_query_lens_host);
-  s.tile_schedulers = md.tile_schedulers.sorted_names();
+  auto add = [&](std::string name, std::vector<int64_t> values, int64_t width = 0) {
+    s.entries.push_back({std::move(name), false, std::move(values), width, ""});
+  };
+  for_each_metadata_field(md, [&](const MetadataField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    const CopyToHost& copy = field.host ? CopyToHost(host_copy) : device_copy;
+    const std::string name = field.name;
+    if constexpr (std::is_same_v<T, ConstIndexView>) {
+      s.entries.push_back({name + ".width", true, {value.width}, 0, ""});
+      s.entries.push_back({name + ".window", true, {value.window}, 0, ""});
+      add(name + ".rows", copy_rows(value, copy), value.width);
+      add(name + ".lens", copy_out(value.lens, static_cast<size_t>(value.rows), copy));
+    } else if constexpr (std::is_same_v<T, std::span<const int32_t>> ||
+                         std::is_same_v<T, std::span<const uint8_t>>) {
+      add(name, copy_out(value.data(), value.size(), copy));
+    } else if constexpr (std::is_same_v<T, LayerTypeSet>) {
+      s.entries.push_back({name, true, {}, 0, join(value.sorted_names())});
+    } else {
+      s.entries.push_back({name, true, {static_cast<int64_t>(value)}, 0, ""});
+    }
+  });
   return s;
 }
 
+template <typename Snapshot>
+auto& values_of(Snapshot& s, std::string_view name) {
+  for (auto& e : s.entries) {
+    if (e.name == name) return e.values;
+  }
+  throw std::out_of_range("MetadataSnapshot: no entry " + std::string(name));
+}
+
+std::vector<int64_t>& MetadataSnapshot::at(std::string_view name) { return values_of(*this, name); }
+
+const std::vector<int64_t>& MetadataSnapshot::at(std::string_view name) const {
+  return values_of(*this, name);
+}
+
+std::vector<int32_t> MetadataSnapshot::ints(std::string_view name) const {
+  const std::vector<int64_t>& v = at(name);
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
 std::string first_difference(const MetadataSnapshot& a, const MetadataSnapshot& b) {
-  std::ostringstream os;
-#define SPARSE_SWA_COMPARE_SCALAR(field)                  \
-  if (a.field != b.field) {                               \
-    os << #field << ": " << a.field << " vs " << b.field; \
-    return os.str();                                      \
+  if (a.entries.size() != b.entries.size()) {
+    return "entries: " + std::to_string(a.entries.size()) + " vs " +
+           std::to_string(b.entries.size());
   }
-  SPARSE_SWA_COMPARE_SCALAR(causal)
-  SPARSE_SWA_COMPARE_SCALAR(num_reqs)
-  SPARSE_SWA_COMPARE_SCALAR(num_tokens)
-  SPARSE_SWA_COMPARE_SCALAR(num_decodes)
-  SPARSE_SWA_COMPARE_SCALAR(num_prefills)
-  SPARSE_SWA_COMPARE_SCALAR(num_decode_tokens)
-  SPARSE_SWA_COMPARE_SCALAR(num_prefill_tokens)
-  SPARSE_SWA_COMPARE_SCALAR(max_decode_query_len)
-  SPARSE_SWA_COMPARE_SCALAR(decode_width)
-  SPARSE_SWA_COMPARE_SCALAR(decode_window)
-  SPARSE_SWA_COMPARE_SCALAR(prefill_width)
-  SPARSE_SWA_COMPARE_SCALAR(prefill_window)
-  SPARSE_SWA_COMPARE_SCALAR(has_image)
-#undef SPARSE_SWA_COMPARE_SCALAR
-  for (const std::string& d : {
-           compare_vectors("token_to_req", a.token_to_req, b.token_to_req),
-           compare_vectors("is_valid", a.is_valid, b.is_valid),
-           compare_vectors("decode_lens", a.decode_lens, b.decode_lens),
-           compare_vectors("decode_rows", a.decode_rows, b.decode_rows, a.decode_width),
-           compare_vectors("prefill_lens", a.prefill_lens, b.prefill_lens),
-           compare_vectors("prefill_rows", a.prefill_rows, b.prefill_rows, a.prefill_width),
-           compare_vectors("left_visible", a.left_visible, b.left_visible),
-           compare_vectors("right_visible", a.right_visible, b.right_visible),
-           compare_vectors("gather_lens", a.gather_lens, b.gather_lens),
-           compare_vectors("prefill_seq_lens_host", a.prefill_seq_lens_host,
-                           b.prefill_seq_lens_host),
-           compare_vectors("prefill_query_lens_host", a.prefill_query_lens_host,
-                           b.prefill_query_lens_host),
-       }) {
+  for (size_t i = 0; i < a.entries.size(); ++i) {
+    const std::string d = compare(a.entries[i], b.entries[i]);
     if (!d.empty()) return d;
-  }
-  if (a.tile_schedulers != b.tile_schedulers) {
-    auto join = [](const std::vector<std::string>& names) {
-      std::string out;
-      for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
-      return "[" + out + "]";
-    };
-    os << "tile_schedulers: " << join(a.tile_schedulers) << " vs " << join(b.tile_schedulers);
-    return os.str();
   }
   return "";
 }

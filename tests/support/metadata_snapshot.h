@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparse_swa/metadata.h"
@@ -18,33 +19,24 @@ std::vector<int32_t> row_of(const ConstIndexView& view, int64_t i);
 std::vector<int32_t> lens_of(const ConstIndexView& view);
 std::vector<int32_t> to_vector(std::span<const int32_t> s);
 
-// Every output field of one build, copied to host vectors.
+// Every field of one build's metadata (the field list of sparse_swa/metadata_fields.h), copied
+// to host values in the list's order: a scalar is one value, an array its entries, an index view
+// four entries: <name>.width, <name>.window, <name>.rows ([rows, width]) and <name>.lens.
 struct MetadataSnapshot {
-  bool causal = true;
-  int32_t num_reqs = 0;
-  int32_t num_tokens = 0;
-  int32_t num_decodes = 0;
-  int32_t num_prefills = 0;
-  int32_t num_decode_tokens = 0;
-  int32_t num_prefill_tokens = 0;
-  int32_t max_decode_query_len = 0;
-  std::vector<int32_t> token_to_req;  // [T]
-  std::vector<uint8_t> is_valid;      // [T]
-  int32_t decode_width = 0;
-  int32_t decode_window = 0;
-  std::vector<int32_t> decode_rows;  // [Td, decode_width]
-  std::vector<int32_t> decode_lens;  // [Td]
-  int32_t prefill_width = 0;
-  int32_t prefill_window = 0;
-  std::vector<int32_t> prefill_rows;  // [Tp, prefill_width]
-  std::vector<int32_t> prefill_lens;  // [Tp]
-  bool has_image = false;
-  std::vector<int32_t> left_visible;   // [T] when has_image
-  std::vector<int32_t> right_visible;  // [T] when has_image
-  std::vector<int32_t> gather_lens;    // [Rp]
-  std::vector<int32_t> prefill_seq_lens_host;
-  std::vector<int32_t> prefill_query_lens_host;
-  std::vector<std::string> tile_schedulers;  // sorted names
+  struct Entry {
+    std::string name;
+    bool scalar = false;
+    std::vector<int64_t> values;
+    int64_t width = 0;  // a view's rows: the row width (differences name [row][column])
+    std::string text;   // the layer type set, as sorted names
+  };
+  std::vector<Entry> entries;
+
+  // The values of the entry named `name` ("decode_swa.lens", "token_to_req_indices").
+  std::vector<int64_t>& at(std::string_view name);
+  const std::vector<int64_t>& at(std::string_view name) const;
+  // The same values as int32 (every array of the metadata holds int32 or uint8).
+  std::vector<int32_t> ints(std::string_view name) const;
 };
 
 // Copies `bytes` from a metadata view into host memory (a cudaMemcpy for device views).

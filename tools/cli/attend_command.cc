@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
+#include "testing/step_builder.h"
 
 namespace sparse_swa::cli {
 
@@ -140,7 +141,7 @@ Status attend_rows(const AttendOptions& o, const SparseAttentionParams& base, in
   if (o.backend == "cuda") {
     SPARSE_SWA_RETURN_IF_ERROR(sparse_attention_cuda_from_host(p));
   } else {
-    SPARSE_SWA_RETURN_IF_ERROR(sparse_attention(p, Backend::kCpu));
+    SPARSE_SWA_RETURN_IF_ERROR(sparse_attention(p));
   }
   sum->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -191,7 +192,7 @@ Status run_attend(const AttendOptions& o) {
   config.max_num_seqs = o.decode_requests + o.prefill_requests;
   config.max_num_batched_tokens = o.decode_requests + o.prefill_requests * o.prefill_len;
   config.max_model_len = o.max_context + std::max(1, o.prefill_len);
-  auto builder = StepBuilder::create(config, o.backend);
+  auto builder = testing::StepBuilder::create(config, backend_named(o.backend));
   SPARSE_SWA_RETURN_IF_ERROR(builder.status());
 
   std::mt19937 rng(o.seed);

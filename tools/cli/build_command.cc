@@ -6,7 +6,8 @@
 // --consumer NAME (JSON only) appends one key, "consumer", after the reference's keys: the
 // consumer-side matrices of the step (json/consumer_json.h). They are built by the CPU consumer
 // reference from the host metadata whatever the backend: the CUDA backend's metadata comes back
-// to the host in StepBuilder, and the CUDA consumers are checked against the CPU ones in tests.
+// to the host (testing/batch_run.h), and the CUDA consumers are checked against the CPU ones in
+// tests.
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "json/consumer_json.h"
 #include "metadata_table.h"
 #include "sparse_swa/dispatch_policy.h"
+#include "testing/batch_run.h"
 
 namespace sparse_swa::cli {
 
@@ -32,29 +34,23 @@ struct BuildOptions {
 };
 
 Status build_one(const BuildOptions& opts, const std::string& input) {
-  auto file = read_batch_file(input);
-  SPARSE_SWA_RETURN_IF_ERROR(file.status());
-  auto builder = StepBuilder::create(file->config, opts.backend);
-  SPARSE_SWA_RETURN_IF_ERROR(builder.status());
-  SwaMetadata md;  // host metadata, whatever the backend
-  SPARSE_SWA_RETURN_IF_ERROR(builder.value()->build(file->batch_input(), &md));
-  auto plans = run_chunk_plans(md, file->chunk_plan_requests);
-  SPARSE_SWA_RETURN_IF_ERROR(plans.status());
+  auto run = testing::run_batch_file(input, backend_named(opts.backend));
+  SPARSE_SWA_RETURN_IF_ERROR(run.status());
+  const testing::BatchRun& r = run.value();
   if (opts.format == "table") {
     std::ostringstream table;  // printed only once complete: errors leave stdout empty
     SPARSE_SWA_RETURN_IF_ERROR(
-        print_metadata_table(table, file.value(), builder.value()->derived(), md, plans.value()));
+        print_metadata_table(table, r.file, r.builder->derived(), r.md, r.plans));
     std::cout << table.str();
   } else {
-    auto json = metadata_to_json(md, plans.value());
-    SPARSE_SWA_RETURN_IF_ERROR(json.status());
+    nlohmann::ordered_json json = r.json;
     if (!opts.consumer.empty()) {
       auto consumer =
-          consumer_to_json(opts.consumer, file->config, md, file->batch_input(), opts.shape);
+          consumer_to_json(opts.consumer, r.file.config, r.md, r.file.batch_input(), opts.shape);
       SPARSE_SWA_RETURN_IF_ERROR(consumer.status());
-      json.value()["consumer"] = std::move(consumer).value();
+      json["consumer"] = std::move(consumer).value();
     }
-    std::cout << dump_python_style(json.value()) << "\n";
+    std::cout << dump_python_style(json) << "\n";
   }
   return flush_stdout();
 }

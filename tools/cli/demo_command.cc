@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "json/batch_json.h"
 #include "metadata_table.h"
+#include "testing/step_builder.h"
 
 namespace sparse_swa::cli {
 
@@ -117,7 +118,7 @@ BatchFile make_batch(const BuilderConfig& config, const DemoStep& step) {
 
 Status run_demo(const std::string& backend) {
   const BuilderConfig config = demo_config();
-  auto builder = StepBuilder::create(config, backend);
+  auto builder = testing::StepBuilder::create(config, backend_named(backend));
   SPARSE_SWA_RETURN_IF_ERROR(builder.status());
   const std::vector<DemoStep> steps = demo_steps();
 

@@ -4,6 +4,10 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+#include "sparse_swa/metadata_fields.h"
 
 namespace sparse_swa::cli {
 
@@ -76,8 +80,43 @@ void print_split(std::ostream& os, const BatchFile& file, const SwaMetadata& md)
   os << "\n";
 }
 
+// The table's columns for per-request or per-token arrays of the field list: fields that share
+// a column are joined by '/', in list order.
+struct Column {
+  std::string label;
+  std::vector<std::span<const int32_t>> arrays;
+  bool prefill_part = false;  // only the prefill tokens' entries (the rest print empty)
+  bool present = true;
+};
+
+std::vector<Column> columns(const SwaMetadata& md, FieldRows rows) {
+  std::vector<Column> out;
+  for_each_metadata_field(md, [&](const MetadataField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::span<const int32_t>>) {
+      if (field.table == nullptr || field.rows != rows) return;
+      if (out.empty() || out.back().label != field.table) {
+        out.push_back({field.table, {}, field.contract_prefill_part, true});
+      }
+      out.back().arrays.push_back(value);
+      out.back().present = out.back().present && field_present(md, field.presence);
+    }
+  });
+  return out;
+}
+
+std::string cell(const Column& c, int64_t i) {
+  std::ostringstream os;
+  for (size_t k = 0; k < c.arrays.size(); ++k) os << (k ? "/" : "") << c.arrays[k][i];
+  return os.str();
+}
+
 void print_requests(std::ostream& os, const BatchFile& file, const SwaMetadata& md) {
-  os << "requests\n  req  kind     tokens    q_len  seq_len  context  gather  image spans\n";
+  // Per-prefill-request fields, [num_prefills]: a column on every line ('-' for decodes).
+  const std::vector<Column> prefill_columns = columns(md, FieldRows::kPrefills);
+  os << "requests\n  req  kind     tokens    q_len  seq_len  context";
+  for (const Column& c : prefill_columns) os << "  " << c.label;
+  os << "  image spans\n";
   for (int32_t r = 0; r < md.num_reqs; ++r) {
     const int32_t qs = file.query_start_loc[r], qe = file.query_start_loc[r + 1];
     const bool decode = r < md.num_decodes;
@@ -86,11 +125,10 @@ void print_requests(std::ostream& os, const BatchFile& file, const SwaMetadata& 
     os << "  " << std::setw(3) << r << "  " << std::left << std::setw(8)
        << (decode ? "decode" : "prefill") << ' ' << std::setw(9) << tokens.str() << std::right
        << std::setw(6) << qe - qs << std::setw(9) << file.seq_lens[r] << std::setw(9)
-       << file.seq_lens[r] - (qe - qs) << std::setw(8);
-    if (decode) {
-      os << '-';
-    } else {
-      os << md.prefill_gather_lens[r - md.num_decodes];
+       << file.seq_lens[r] - (qe - qs);
+    for (const Column& c : prefill_columns) {
+      os << std::setw(static_cast<int>(c.label.size()) + 2)
+         << (decode ? std::string("-") : cell(c, r - md.num_decodes));
     }
     const std::string spans = spans_of(file, r);
     if (!spans.empty()) os << "  " << spans;
@@ -100,9 +138,12 @@ void print_requests(std::ostream& os, const BatchFile& file, const SwaMetadata& 
 
 void print_tokens(std::ostream& os, const BatchFile& file, const SwaMetadata& md) {
   const int32_t real = file.query_start_loc.empty() ? 0 : file.query_start_loc.back();
+  // Per-token fields with a column of their own (the image visibility), when present.
+  std::vector<Column> token_columns = columns(md, FieldRows::kTokens);
+  std::erase_if(token_columns, [](const Column& c) { return !c.present; });
   os << "tokens  (row = the row's valid entries, slot ids; a..b = a consecutive run)\n";
   os << "    t  req  part     valid   pos   slot  lens/width";
-  if (md.has_image()) os << "  img L/R";
+  for (const Column& c : token_columns) os << "  " << c.label;
   os << "  row\n";
   for (int32_t t = 0; t < md.num_tokens; ++t) {
     const bool decode = t < md.num_decode_tokens;
@@ -123,10 +164,9 @@ void print_tokens(std::ostream& os, const BatchFile& file, const SwaMetadata& md
        << (decode ? "decode" : "prefill") << ' ' << std::setw(5)
        << (md.is_valid_token[t] ? "yes" : "no") << std::right << std::setw(6) << pos.str()
        << std::setw(7) << file.slot_mapping[t] << std::setw(12) << lens.str();
-    if (md.has_image()) {
-      std::ostringstream vis;
-      if (!decode) vis << md.left_visible[t] << '/' << md.right_visible[t];
-      os << std::setw(9) << vis.str();
+    for (const Column& c : token_columns) {
+      os << std::setw(static_cast<int>(c.label.size()) + 2)
+         << (decode && c.prefill_part ? std::string() : cell(c, t));
     }
     os << "  ";
     if (view.lens[i] == 0) {

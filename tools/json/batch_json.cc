@@ -10,7 +10,10 @@
 #include <iterator>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <utility>
+
+#include "sparse_swa/metadata_fields.h"
 
 namespace sparse_swa {
 
@@ -414,6 +417,72 @@ StatusOr<BatchFile> parse_batch_file(std::string_view json_text) {
   return parse_named(json_text, "batch file");
 }
 
+BatchFile batch_file_of(const BuilderConfig& config, const BatchInput& b) {
+  BatchFile f;
+  f.config = config;
+  f.query_start_loc.assign(b.query_start_loc.begin(), b.query_start_loc.end());
+  f.seq_lens.assign(b.seq_lens.begin(), b.seq_lens.end());
+  f.block_table_rows = b.block_table.rows;
+  f.block_table_cols = b.block_table.cols;
+  for (int64_t r = 0; r < b.block_table.rows; ++r) {
+    f.block_table.insert(f.block_table.end(), b.block_table.row(r),
+                         b.block_table.row(r) + b.block_table.cols);
+  }
+  f.slot_mapping.assign(b.slot_mapping.begin(), b.slot_mapping.end());
+  f.causal = b.causal;
+  f.image_spans.assign(b.image_spans.begin(), b.image_spans.end());
+  std::stable_sort(f.image_spans.begin(), f.image_spans.end(),
+                   [](const ImageSpan& x, const ImageSpan& y) { return x.request < y.request; });
+  return f;
+}
+
+OrderedJson batch_file_to_json(const BatchFile& f) {
+  const BuilderConfig& c = f.config;
+  OrderedJson config = OrderedJson::object();
+  config["window_size"] = c.window_size;
+  config["block_size"] = c.block_size;
+  config["max_num_batched_tokens"] = c.max_num_batched_tokens;
+  config["max_num_seqs"] = c.max_num_seqs;
+  config["max_model_len"] = c.max_model_len;
+  config["num_speculative_tokens"] = c.num_speculative_tokens;
+  config["speculative_method"] = speculative_method_name(c.speculative_method);
+  config["parallel_drafting"] = c.parallel_drafting;
+  config["max_image_tokens"] = c.max_image_tokens;
+  config["compress_ratios"] = c.compress_ratios;
+  if (c.noncausal_index_width != 0) config["noncausal_index_width"] = c.noncausal_index_width;
+  OrderedJson batch = OrderedJson::object();
+  batch["query_start_loc"] = f.query_start_loc;
+  batch["seq_lens"] = f.seq_lens;
+  OrderedJson table = OrderedJson::array();
+  for (int64_t r = 0; r < f.block_table_rows; ++r) {
+    const auto row = f.block_table.begin() + r * f.block_table_cols;
+    table.push_back(std::vector<int32_t>(row, row + f.block_table_cols));
+  }
+  batch["block_table"] = std::move(table);
+  batch["slot_mapping"] = f.slot_mapping;
+  batch["causal"] = f.causal;
+  if (!f.image_spans.empty()) {
+    OrderedJson spans = OrderedJson::object();
+    for (const ImageSpan& s : f.image_spans) {
+      spans[std::to_string(s.request)].push_back({s.start, s.end});
+    }
+    batch["image_spans"] = std::move(spans);
+  }
+  OrderedJson requests = OrderedJson::array();
+  for (const ChunkPlanRequest& r : f.chunk_plan_requests) {
+    OrderedJson item = OrderedJson::object();
+    item["compress_ratio"] = r.compress_ratio;
+    item["chunk_size"] = r.chunk_size;
+    if (r.has_compressed) item["has_compressed"] = *r.has_compressed;
+    requests.push_back(std::move(item));
+  }
+  OrderedJson out = OrderedJson::object();
+  out["config"] = std::move(config);
+  out["batch"] = std::move(batch);
+  out["chunk_plan_requests"] = std::move(requests);
+  return out;
+}
+
 StatusOr<BatchFile> read_batch_file(const std::string& path) {
   std::string text;
   if (path == "-") {
@@ -481,36 +550,32 @@ StatusOr<OrderedJson> metadata_to_json(const SwaMetadata& md,
                           md.left_visible.size());
   }
 
+  // The contract's fields, in the field list's order (metadata_fields.h); absent arrays as null.
   OrderedJson out = OrderedJson::object();
-  out["num_decodes"] = md.num_decodes;
-  out["num_prefills"] = md.num_prefills;
-  out["num_decode_tokens"] = td;
-  out["num_prefill_tokens"] = tp;
-  out["max_decode_query_len"] = md.max_decode_query_len;
-  out["decode_swa_width"] = md.decode_swa_width();
-  out["decode_swa_indices"] = index_rows(md.decode_swa);
-  out["decode_swa_lens"] = index_lens(md.decode_swa);
-  if (md.has_prefill()) {
-    out["prefill_swa_indices"] = index_rows(md.prefill_swa);
-    out["prefill_swa_lens"] = index_lens(md.prefill_swa);
-    out["prefill_gather_lens"] = int_list(md.prefill_gather_lens);
-  } else {
-    out["prefill_swa_indices"] = nullptr;
-    out["prefill_swa_lens"] = nullptr;
-    out["prefill_gather_lens"] = nullptr;
-  }
-  if (md.has_image()) {  // the prefill part [Td, T) of the per-token arrays
-    out["prefill_left_visible"] = int_list(md.left_visible.subspan(td, tp));
-    out["prefill_right_visible"] = int_list(md.right_visible.subspan(td, tp));
-  } else {
-    out["prefill_left_visible"] = nullptr;
-    out["prefill_right_visible"] = nullptr;
-  }
-  out["token_to_req_indices"] = int_list(md.token_to_req_indices);
-  OrderedJson valid = OrderedJson::array();
-  for (uint8_t v : md.is_valid_token) valid.push_back(v != 0);
-  out["is_valid_token"] = std::move(valid);
-  out["tile_schedulers"] = md.tile_schedulers.sorted_names();
+  for_each_metadata_field(md, [&](const MetadataField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if (!field.in_contract) return;
+    const bool present = field_present(md, field.presence);
+    const std::string key = field.reference;
+    if constexpr (std::is_same_v<T, ConstIndexView>) {
+      out[key + "_indices"] = present ? index_rows(value) : OrderedJson(nullptr);
+      out[key + "_lens"] = present ? index_lens(value) : OrderedJson(nullptr);
+    } else if constexpr (std::is_same_v<T, std::span<const int32_t>>) {
+      if (!present) {
+        out[key] = nullptr;
+      } else {
+        out[key] = int_list(field.contract_prefill_part ? value.subspan(td, tp) : value);
+      }
+    } else if constexpr (std::is_same_v<T, std::span<const uint8_t>>) {
+      OrderedJson flags = OrderedJson::array();
+      for (uint8_t v : value) flags.push_back(v != 0);
+      out[key] = std::move(flags);
+    } else if constexpr (std::is_same_v<T, LayerTypeSet>) {
+      out[key] = value.sorted_names();
+    } else {
+      out[key] = value;
+    }
+  });
   OrderedJson plan_list = OrderedJson::array();
   for (const ChunkPlanResult& p : plans) {
     OrderedJson item = OrderedJson::object();

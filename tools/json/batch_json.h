@@ -55,6 +55,11 @@ struct BatchFile {
 // value ("batch.seq_lens[1]: expected an integer, got 2.5"); malformed JSON gives nlohmann's
 // position message. Semantic rules (window coverage, spans vs seq_lens, ...) are the builder's.
 StatusOr<BatchFile> parse_batch_file(std::string_view json_text);
+
+// A batch file of `config` and a host batch (its arrays copied; no chunk plan requests).
+BatchFile batch_file_of(const BuilderConfig& config, const BatchInput& host_batch);
+// The file as the JSON parse_batch_file() reads: {"config", "batch", "chunk_plan_requests"}.
+nlohmann::ordered_json batch_file_to_json(const BatchFile& file);
 // Reads `path` ("-" = stdin) and parses it; every message starts with the path.
 StatusOr<BatchFile> read_batch_file(const std::string& path);
 
