@@ -30,7 +30,7 @@ DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 
 // Launches the kernel (and, when split, the merge of the slices) on `stream`; `p` has passed
-// check_attention_shapes(p, kDevice) and ds_mla_attention_applies(p).
+// the front end's shape checks (src/attention.cc) and ds_mla_attention_applies(p).
 Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace sparse_swa::detail

@@ -690,7 +690,7 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   hp.swa_cache = cache.view();
   hp.swa_indices = idx.view();
   DeviceProblem dev(hp, cache, idx, nullptr, nullptr, q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params(), Backend::kCuda));
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const Errors e = compare(hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
