@@ -1,14 +1,14 @@
-// The README's error table (issue 7). tests/data/errors/cases.json lists every error the library
+// The error table of docs/errors.md. tests/data/errors/cases.json lists every error the library
 // returns, each with the exact code and message; a case is either a batch file
 // (tests/data/errors/inputs/<id>.json, run like `sparse-swa build`: reader, config, builder,
 // chunk plans) or a call through the public API (the registry below). The tests check every
-// message and that the README's table between <!-- errors:begin --> and <!-- errors:end -->
-// equals the table generated from the list.
+// message and that the table between <!-- errors:begin --> and <!-- errors:end --> in
+// docs/errors.md equals the table generated from the list.
 //
-//   Print the table:     SPARSE_SWA_WRITE_ERROR_TABLE=1 sparse_swa_tests
-//   --gtest_filter='ErrorTable.*' Accept new messages: SPARSE_SWA_UPDATE_ERROR_CASES=1
-//   sparse_swa_tests --gtest_filter='ErrorTable.*'
-//                        (rewrites cases.json with what the library returns; review the diff)
+//   Rewrite the table in docs/errors.md:
+//     SPARSE_SWA_WRITE_ERROR_TABLE=1 sparse_swa_tests --gtest_filter='ErrorTable.*'
+//   Accept new messages (rewrites cases.json with what the library returns; review the diff):
+//     SPARSE_SWA_UPDATE_ERROR_CASES=1 sparse_swa_tests --gtest_filter='ErrorTable.*'
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -37,7 +37,9 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 fs::path errors_dir() { return fs::path(SPARSE_SWA_TEST_DATA) / "errors"; }
-fs::path readme_path() { return fs::path(SPARSE_SWA_TEST_DATA) / ".." / ".." / "README.md"; }
+fs::path error_doc_path() {
+  return fs::path(SPARSE_SWA_TEST_DATA) / ".." / ".." / "docs" / "errors.md";
+}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -414,22 +416,29 @@ TEST(ErrorTable, EveryInputAndApiCaseIsListed) {
   }
 }
 
-TEST(ErrorTable, ReadmeTableMatchesTheCases) {
+TEST(ErrorTable, DocsTableMatchesTheCases) {
   const std::string table = markdown_table(load_cases());
-  if (env_set("SPARSE_SWA_WRITE_ERROR_TABLE")) {
-    std::cout << kBegin << "\n" << table << kEnd << "\n";
-  }
-  const std::string readme = read_text(readme_path());
-  ASSERT_FALSE(readme.empty()) << "cannot read " << readme_path();
-  const size_t begin = readme.find(kBegin);
-  const size_t end = readme.find(kEnd);
-  ASSERT_TRUE(begin != std::string::npos && end != std::string::npos && begin < end)
-      << "README.md has no " << kBegin << " ... " << kEnd
-      << " block; paste the output of SPARSE_SWA_WRITE_ERROR_TABLE=1 sparse_swa_tests "
-         "--gtest_filter=ErrorTable.ReadmeTableMatchesTheCases";
+  std::string doc = read_text(error_doc_path());
+  ASSERT_FALSE(doc.empty()) << "cannot read " << error_doc_path();
+  const size_t begin = doc.find(kBegin);
+  size_t end = doc.find(kEnd);
+  const bool has_block = begin != std::string::npos && end != std::string::npos && begin < end;
+  const bool write = env_set("SPARSE_SWA_WRITE_ERROR_TABLE");
+  if (write && !has_block) std::cout << kBegin << "\n" << table << kEnd << "\n";
+  ASSERT_TRUE(has_block) << error_doc_path() << " has no " << kBegin << " ... " << kEnd
+                         << " block; add the two markers (SPARSE_SWA_WRITE_ERROR_TABLE=1 prints "
+                            "the table to paste between them)";
   const size_t from = begin + std::string(kBegin).size() + 1;  // past the marker's newline
-  EXPECT_EQ(readme.substr(from, end - from), table)
-      << "the README error table is stale; regenerate it with SPARSE_SWA_WRITE_ERROR_TABLE=1";
+  if (write && doc.substr(from, end - from) != table) {
+    doc.replace(from, end - from, table);
+    std::ofstream(error_doc_path(), std::ios::binary) << doc;
+    std::cout << "rewrote the table in " << error_doc_path().string() << "\n";
+    doc = read_text(error_doc_path());  // what the next run reads
+    end = doc.find(kEnd);
+  }
+  EXPECT_EQ(doc.substr(from, end - from), table)
+      << "the error table of docs/errors.md is stale; regenerate it with "
+         "SPARSE_SWA_WRITE_ERROR_TABLE=1";
 }
 
 }  // namespace
