@@ -48,7 +48,8 @@ DispatchPolicy flashinfer_sm120_decode() {
   p.layout = IndexLayout::kSeparate;
   DispatchRule r;
   r.heads = AcceptedValues::list(kFlashInferHeads);
-  // Instantiated decode widths; anything else fell into the prefill orchestrator (B3).
+  // Instantiated decode widths; the kernel library sends any other width of a small decode
+  // batch to its prefill path, which aborts.
   r.topk = AcceptedValues::list({128, 192, 256, 512, 1024});
   r.extra_topk = AcceptedValues::multiple_of(64);  // 64-entry tiles
   p.rules.push_back(r);

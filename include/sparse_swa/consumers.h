@@ -5,7 +5,8 @@
 //
 // Every output goes into a caller-provided buffer described by a view, so a consumer can keep
 // one persistent, capacity-strided buffer per matrix (the stride never changes between steps,
-// which CUDA-graph replays need: B8). The *_shape functions give the sizes to allocate once.
+// which CUDA-graph replays need; docs/semantics.md#consumer-rules). The *_shape functions give
+// the sizes to allocate once.
 // An output whose rows or width are too small is an error that names what is needed.
 //
 // Value rules shared by both backends (the kernels never fault, so the reference masks too):
@@ -73,7 +74,7 @@ struct CompressedTopk {
 //     for DSpark, never the window), and W + Mi on vision configs so that image-widened prefill
 //     rows fit (decode rows are then -1 padded). Constant for a builder, whatever the batch.
 //   P (compressed_width) = round_up(max(prefill TOP_K, decode compressed width), 4)
-//   row_width = round_up(S + P, 4): every row starts 16 bytes aligned (B9).
+//   row_width = round_up(S + P, 4): every row starts 16 bytes aligned, whatever S is.
 struct MixedMatrixShape {
   int32_t swa_width = 0;
   int32_t compressed_width = 0;
@@ -122,7 +123,8 @@ Status check_prefill_topk(const ConsumerStep& step, int32_t compress_ratio,
                           MatrixView<const int32_t> prefill_local);
 
 // 4. Ragged (CSR) form of any index view: indptr [rows + 1], values packed row by row
-// (row i's first lens[i] entries). Capacity comes from the view's width, never the window (B2).
+// (row i's first lens[i] entries). Capacity comes from the view's width, never the window
+// (docs/semantics.md#window-and-width).
 struct RaggedView {
   int32_t* indptr = nullptr;  // [>= rows + 1]
   int64_t indptr_size = 0;

@@ -1,6 +1,7 @@
 // Dispatch-width policy: what a consumer kernel accepts, so that the producer emits exactly the
-// widths the consumer can run (B3: an uninstantiated width aborted inside the kernel library)
-// and a configuration that no kernel can serve fails at start-up, naming the shape.
+// widths the consumer can run (a width the kernel library never instantiated aborts inside it)
+// and a configuration that no kernel can serve fails at start-up, naming the shape
+// (docs/semantics.md#dispatch-policy).
 #pragma once
 
 #include <cstdint>
@@ -84,7 +85,7 @@ struct DispatchPolicy {
   std::string describe() const;
 };
 
-// Built-in policies, as data (reference description §3.6):
+// Built-in policies, as data (docs/semantics.md#dispatch-policy):
 //   flashmla_sparse_decode   heads 64: topk and extra_topk multiples of 64; heads 128: of 128
 //   flashinfer_sm120_decode  topk in {128, 192, 256, 512, 1024} x heads {8, 16, 32, 64, 128},
 //                            extra_topk multiples of 64 (64-entry tiles)
@@ -126,8 +127,9 @@ StatusOr<std::vector<TupleCheck>> enumerate_dispatch_tuples(const BuilderConfig&
 Status validate_config(const BuilderConfig& config, const DispatchPolicy& policy,
                        const DeploymentShape& shape);
 
-// Item 6 of the consumer issue, for the builder: the non-causal (DSpark) row width the policy
-// accepts, >= W + decode threshold (the widest row a draft block can produce).
+// For BuilderConfig::noncausal_index_width: the non-causal (DSpark) row width the policy
+// accepts, >= W + decode threshold (the widest row a draft block can produce;
+// docs/semantics.md#dspark-width).
 StatusOr<int32_t> choose_noncausal_width(const BuilderConfig& config, const DispatchPolicy& policy,
                                          const DeploymentShape& shape);
 

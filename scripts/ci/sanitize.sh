@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sanitizer CI (issue 7), CPU only. Exits non-zero when any step fails; runs every step anyway.
+# Sanitizer CI (`make sanitize`, CONTRIBUTING.md), CPU only. Exits non-zero when any step fails;
+# runs every step anyway.
 #   1. build-asan/: the library, CLI and tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (SPARSE_SWA_SANITIZE=ON, SPARSE_SWA_CUDA=OFF) and its ctest (GoogleTest + CLI contract);
 #   2. every malformed input of tests/data/errors through the sanitized CLI: exit 1 and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU iteration of the attention kernel work, run on the H200 from the repo root:
+# One GPU iteration of the attention kernel work, run on the GPU machine from the repo root:
 #   scripts/gpu/attention_iter.sh [STAGES...]
 #   stages: tests bench flashmla ablate ncu ncusrc sanitize (default: tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the binaries the GPU check runs (here, on the CPU machine; nvcc needs no GPU) and puts
-# them, stripped, into .gpu-bin/ (small enough for the device tool's 64 MiB carry limit), and
-# copies ../shared into .shared/. Both folders are ignored by git; carry both.
+# them, stripped, into .gpu-bin/ (small enough for a 64 MiB transfer), and copies ../shared (the
+# reference builder the GPU check runs) into .shared/. Both folders are ignored by git; carry both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE_SWA_BENCH=OFF \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, run on the H200 machine from the repo root (through the device tool):
+# The GPU check, run on the GPU machine from the repo root (CONTRIBUTING.md#gpu-checks):
 #   scripts/gpu/check.sh [STAGES...]
 #   stages: info tests refdiff bench python sanitize (default: all, in that order)
 # Needs: .gpu-bin/ (scripts/gpu/build.sh, built on the CPU machine and carried) and .shared/ (a
@@ -63,8 +63,8 @@ if has bench; then
 fi
 if has python; then
   # The Python module built there (its CUDA backend included) and its GPU tests and example.
-  # The image's default /opt/gcc links libstdc++ statically into the extension, which then
-  # crashes in its own iostreams beside numpy/torch; build with the system compiler instead.
+  # A default compiler that links libstdc++ statically into the extension makes it crash in its
+  # own iostreams beside numpy/torch; build with the system compiler where there is one.
   [[ -x /usr/bin/c++ ]] && export CXX=/usr/bin/c++ CUDAHOSTCXX=/usr/bin/c++
   step pip_install python3 -m pip install --no-build-isolation --no-deps --no-index -q \
     --target /tmp/pysite -C build-dir=/tmp/pybuild2 --upgrade .

@@ -1,4 +1,5 @@
-"""Probe for the GPU machine: one CPU build through the Python module (the §2.8 golden batch),
+"""Probe for the GPU machine: one CPU build through the Python module (a five-request prefill
+batch, docs/semantics.md#example-5-more-golden-cases),
 optionally after importing torch, to locate a crash; run under cuda-gdb for a native trace."""
 import sys
 

@@ -1,5 +1,5 @@
-// The JSON batch format of `sparse-swa build` (issue 2, section 5) and the JSON form of the
-// metadata it prints. Shared by the CLI, the tests and the fuzzers.
+// The JSON batch format of `sparse-swa build` (docs/semantics.md#batch-files) and the JSON form
+// of the metadata it prints. Shared by the CLI, the tests and the fuzzers.
 //
 // Input:  {"config": {...}, "batch": {...}, "chunk_plan_requests": [...]} (the reference
 //         script's batch file; unknown keys are ignored, everything else is strictly typed).
