@@ -1,19 +1,22 @@
-// Sparse MLA attention on the tensor cores for fp8_ds_mla caches (the semantics are
-// include/sparse_swa/attention.h's; the CPU reference is src/cpu/attention_cpu.cc).
+// Sparse MLA attention on the tensor cores for fp8_ds_mla caches, sm_90a only (the semantics are
+// include/sparse_swa/attention.h's, the CPU reference src/cpu/attention_reference.cc; overview in
+// docs/design.md#attention-kernels).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
 // roles (warp specialisation, 512 threads) that hand tiles on through mbarriers:
 //   producer (warpgroup 0)  cp.async gathers each valid key's 576 data and 8 scale bytes into a
-//       raw stage (two in flight), then decodes the tile into bf16 rows (e4m3 * 2^(s - 127) is
-//       exact in bf16; masked keys -- -1, past the length, out of range -- become zero rows) in
-//       one of three K stages, stored in the 128-byte swizzle layout that wgmma and ldmatrix read;
+//       raw stage (four stages, three tiles ahead), then decodes the tile into bf16 rows
+//       (e4m3 * 2^(s - 127) is exact in bf16; masked keys -- -1, past the length, out of range --
+//       become zero rows) in one of two K stages, stored in the 128-byte swizzle layout that
+//       wgmma and ldmatrix read;
 //   QK + softmax (warpgroup 1)  S = Q K^T, fp32 accumulators: one wgmma m64n32k16 chain for the
 //       64-row head group, or (groups of <= 32 heads) m16n8k16 MMAs per 16 heads; then the
 //       online softmax in base 2 (masked keys -inf), P written as bf16 hi + lo parts with the
 //       rows' rescale factors;
-//   PV (warpgroups 2-3)  O += P V with V = the same rows, m16n8k16 MMAs: warp (32 heads, 128 dims);
-//       P's two bf16 parts keep ~16 bits of P, as the fp32 reference does.
+//   PV (warpgroups 2-3)  O += P V with V = the same rows: wgmma m64n128k16 (warpgroup g owns dims
+//       256 g + [0, 256) of all 64 rows), or m16n8k16 MMAs (a warp owns 32 heads x 128 dims) when
+//       QK uses them; P's two bf16 parts keep ~16 bits of P, as the fp32 reference does.
 // When tokens x head groups leave SMs idle and the caller gives a workspace, the key list is split
 // over several CTAs (the plan depends on shapes only; each CTA finds its tiles from the device
 // lens) and a second kernel merges the slices' (O, max, sum). No host sync, no allocation.
