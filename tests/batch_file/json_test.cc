@@ -1,9 +1,9 @@
 // The JSON batch format and the JSON metadata writer (tools/json/batch_json.h).
 //
 // tests/data/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the reference
-// builder's own output (shared/anchors/examples, produced on an H200); padded_decode and
-// vision_prefill are hand-computed from the semantics description, section 6, examples 2 and
-// 4(a). Every case must match field by field and byte for byte (the reference's json.dumps form).
+// builder's own output; padded_decode and vision_prefill are hand-computed (examples 2 and 4 of
+// docs/semantics.md#worked-examples). Every case must match field by field and byte for byte (the
+// reference's json.dumps form).
 #include <gtest/gtest.h>
 
 #include <filesystem>

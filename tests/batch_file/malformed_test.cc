@@ -1,6 +1,6 @@
 // Malformed batches and configs through the path of `sparse-swa build` (JSON reader, config
 // validation, CPU builder, chunk plans), table-driven: every case must give the right status
-// code and a message that starts with the field and names it (issue 7). Also the integer
+// code and a message that starts with the field and names it (docs/errors.md). Also the integer
 // overflow edges (slot ids, block ids * block size, seq_lens near INT32_MAX, W + Mi, buffer
 // sizes, the chunk-plan area), JSON oddities (NaN / inf / huge numbers, deep nesting, duplicate
 // keys, invalid UTF-8) and the valid corner cases next to them (empty arrays, empty batch).

@@ -260,7 +260,8 @@ TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
 
 TEST(CudaBuilder, TokenMappingFollowsDeviceSplitWhenHostSplitIsStale) {
   SKIP_WITHOUT_GPU();
-  // Adaptive verification (B15): the host copy has the right total only.
+  // Adaptive draft verification: the host copy has the right total only, the rows follow the
+  // device array (docs/semantics.md#token-mapping-and-validity).
   BuilderConfig c;
   c.window_size = 8;
   c.block_size = 4;

@@ -1,5 +1,6 @@
-// Edge cases of the reference description §4 and the departures of issue 2 §7, each with rows
-// computed by hand (or from the definition slot(r, p) = page[p / B] * B + p % B).
+// Edge cases of docs/semantics.md (windows on block edges, short and exact-W sequences, padding,
+// mixed steps, DSpark blocks, image spans, the draft update) and its departures from the
+// reference, each with rows computed by hand (or from slot(r, p) = page[p / B] * B + p % B).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -403,7 +404,8 @@ TEST(EdgeDspark, UpdateDraftRowsAfterNonCausalBuildUsesTheWindow) {
   SPARSE_SWA_ASSERT_OK(builder->update_draft_decode_rows(b.input(), &md));
   EXPECT_EQ(md.decode_swa_width(), 64);
   // Request 0: prefix 11, positions 11, 12, 13; request 1: prefix 3, positions 3, 4, 5.
-  // A window of Wn = 64 (the reference's B6) would give lens 12, 13, 14.
+  // The row width as the window (Wn = 64, the reference's choice) would give lens 12, 13, 14
+  // (docs/semantics.md#draft-update-window).
   EXPECT_EQ(lens_of(md.decode_swa), (Row{8, 8, 8, 4, 5, 6}));
   EXPECT_EQ(row_of(md.decode_swa, 0), slots(b, 0, 4, 12, 64));
   EXPECT_EQ(row_of(md.decode_swa, 2), slots(b, 0, 6, 14, 64));

@@ -1,4 +1,4 @@
-// One test per malformed-batch error of issue 2 §4: each checks the status code, that the
+// One test per malformed-batch error (docs/errors.md): each checks the status code, that the
 // message names the field, the expected and the actual value, and that nothing was written
 // (the previous build's outputs and the persistent buffers are unchanged).
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
-// Golden vectors of the reference description (../shared/reference/vllm_swa_semantics.md §6,
-// examples 1-5). Every expected value below is copied from the document or computed by hand
-// from its rules (slot(r, p) = bt_r[p / B] * B + p % B), never produced by this library.
+// Golden vectors of docs/semantics.md#worked-examples (examples 1-5). Every expected value below
+// is written out by hand from the rules there (slot(r, p) = bt_r[p / B] * B + p % B), never
+// produced by this library.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ using testing::TestBatch;
 using testing::to_vector;
 using Row = std::vector<int32_t>;
 
-// §6 common setup: W = 8, B = 4.
+// The examples' common setup: W = 8, B = 4.
 const Row kBt0 = {7, 3, 9, 2};
 const Row kBt1 = {5, 11, 6, 0};
 const Row kBt2 = {1, 4, 8, 0};
@@ -296,8 +296,8 @@ TEST(GoldenExample4, ImageVisibilityBLeftAddPositive) {
 
 // ---------------------------------------------------------------- Example 5
 
-// [T-FMS] bidirectional image span: W = 4, width 8, two prefill requests.
-TEST(GoldenExample5, TfmsImageSpansTwoRequests) {
+// Image spans visible in both directions: W = 4, width 8, two prefill requests.
+TEST(GoldenExample5, ImageSpansTwoRequests) {
   BuilderConfig c = example_config(4, 4);
   c.max_image_tokens = 4;  // width 8
   auto builder = cpu_builder(c);
@@ -314,16 +314,16 @@ TEST(GoldenExample5, TfmsImageSpansTwoRequests) {
   const Row r56 = padded({80, 81}, 8);
   EXPECT_EQ(row_of(md.prefill_swa, 5), r56);
   EXPECT_EQ(row_of(md.prefill_swa, 6), r56);
-  // The rows the document leaves out, by the causal rule: pos 0, pos 4, pos 2 of request 1.
+  // The other rows, by the causal rule: pos 0, pos 4, pos 2 of request 1.
   EXPECT_EQ(row_of(md.prefill_swa, 0), padded({40}, 8));
   EXPECT_EQ(row_of(md.prefill_swa, 4), padded({41, 42, 43, 44}, 8));
   EXPECT_EQ(row_of(md.prefill_swa, 7), padded({80, 81, 82}, 8));
   EXPECT_EQ(lens_of(md.prefill_swa), (Row{1, 4, 4, 4, 4, 2, 2, 3}));
 }
 
-// [T-FMS] image span (1, 3), W = 4, bt [[10, 11]]: the builder's rows (lens before the FI
-// consumer pads them to 8 are the combine variant's [1, 4, 4, 4, 4]).
-TEST(GoldenExample5, TfmsImageSpanSingleRequest) {
+// Image span (1, 3), W = 4, bt [[10, 11]]: the builder's rows (their lens, before the mixed
+// matrix counts whole sections of 8, are the combined prefill's [1, 4, 4, 4, 4]).
+TEST(GoldenExample5, ImageSpanSingleRequest) {
   BuilderConfig c = example_config(4, 4);
   c.max_image_tokens = 4;
   auto builder = cpu_builder(c);
@@ -337,9 +337,9 @@ TEST(GoldenExample5, TfmsImageSpanSingleRequest) {
   EXPECT_EQ(lens_of(md.prefill_swa), (Row{1, 4, 4, 4, 4}));
 }
 
-// [T-FMS] chunk plan: seq [80, 96, 112, 128, 144], ql 4 each, W = 64, max_model_len 1024,
+// Chunk plan: seq [80, 96, 112, 128, 144], ql 4 each, W = 64, max_model_len 1024,
 // max_num_batched_tokens 128, ratio 4, chunk 4 => [(0, 5, 36, 103)].
-TEST(GoldenExample5, TfmsChunkPlan) {
+TEST(GoldenExample5, ChunkPlanFiveRequests) {
   BuilderConfig c = example_config(64, 16, /*max_tokens=*/128);
   c.max_model_len = 1024;
   c.compress_ratios = {4};
@@ -355,19 +355,19 @@ TEST(GoldenExample5, TfmsChunkPlan) {
   EXPECT_EQ(to_vector(md.prefill_gather_lens), (Row{67, 67, 67, 67, 67}));  // 4 + min(p, 63)
 }
 
-// [T-SM89] DSpark non-causal with identity block tables: rows = range(max(prefix - W, 0), seq).
+// DSpark non-causal rows with identity block tables: rows = range(max(prefix - W, 0), seq).
 struct DsparkCase {
   std::vector<int32_t> seq_lens;
   std::vector<int32_t> query_lens;
   int32_t window;
   int32_t block;
   int32_t num_speculative_tokens;
-  int32_t expected_width;  // our Wn (the [T-SM89] era used alignment 128)
+  int32_t expected_width;  // Wn (docs/semantics.md#dspark-width)
 };
 
-class GoldenTsm89 : public ::testing::TestWithParam<DsparkCase> {};
+class GoldenDsparkIdentityTables : public ::testing::TestWithParam<DsparkCase> {};
 
-TEST_P(GoldenTsm89, IdentityBlockTables) {
+TEST_P(GoldenDsparkIdentityTables, IdentityBlockTables) {
   const DsparkCase& p = GetParam();
   BuilderConfig c = example_config(p.window, p.block, /*max_tokens=*/32);
   c.max_model_len = 1024;
@@ -396,7 +396,7 @@ TEST_P(GoldenTsm89, IdentityBlockTables) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Cases, GoldenTsm89,
+    Cases, GoldenDsparkIdentityTables,
     ::testing::Values(
         // seq [20, 10], q [4, 4], W 8, B 4: lens 12 (8..19) and 10 (0..9).
         DsparkCase{{20, 10}, {4, 4}, 8, 4, 3, 64},

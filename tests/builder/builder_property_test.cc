@@ -1,6 +1,6 @@
 // Randomized property tests over thousands of seeded batches from RandomBatch (every mode).
-// The expectations are recomputed here from the definitions of the reference description
-// (§2.1-§2.10), not with the library's formulas: a linear scan for a token's request, windows
+// The expectations are recomputed here from the definitions of docs/semantics.md (split to
+// step scalars), not with the library's formulas: a linear scan for a token's request, windows
 // written as [max(min(pos - (W - 1), pos - left), 0), pos + right + 1), slot ids from the
 // TestBatch's pages.
 #include <gtest/gtest.h>
@@ -44,7 +44,8 @@ struct Model {
     max_image_tokens = c.max_image_tokens;
     num_reqs = b.num_reqs();
     num_tokens = b.num_tokens();
-    // Split: requests before the first one with q > theta are decodes (§2.1).
+    // Split: requests before the first one with q > theta are decodes
+    // (docs/semantics.md#decode-and-prefill-split).
     int32_t first_prefill = num_reqs;
     int32_t max_ql = 0;
     for (int32_t r = 0; r < num_reqs; ++r) {
@@ -67,7 +68,7 @@ struct Model {
     return b.prefix_len(r) + (t - b.query_start_loc[r]);
   }
 
-  // In-image visibility of prefill token t (§2.5, variant V-A).
+  // In-image visibility of prefill token t (docs/semantics.md#image-spans).
   std::pair<int32_t, int32_t> visibility(const TestBatch& b, int32_t t) const {
     if (!image_path || t < num_decode_tokens) return {0, 0};
     const int32_t pos = position(b, t);
@@ -237,7 +238,8 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
   return "";
 }
 
-// The greedy plan's defining properties (§2.8), checked without re-running the greedy loop.
+// The greedy plan's defining properties (docs/semantics.md#prefill-chunk-plan), checked without
+// re-running the greedy loop.
 std::string check_chunk_plan(const SwaMetadata& md, int64_t ratio, int64_t chunk) {
   auto plan = prefill_chunk_plan(md, ratio, chunk);
   if (!plan.ok()) return plan.status().to_string();

@@ -1,6 +1,7 @@
-// prefill_chunk_plan: the reference's greedy workspace plan (§2.8), on hand-made prefill
-// metadata with hand-computed plans. area = chunk * (cdiv(max_model_len, ratio) if compressed
-// + W + max_num_batched_tokens); gather g = ql + clamp(prefix, 0, W - 1); compressed c = seq/ratio.
+// prefill_chunk_plan: the greedy workspace plan (docs/semantics.md#prefill-chunk-plan), on
+// hand-made prefill metadata with hand-computed plans.
+//   area = chunk * (cdiv(max_model_len, ratio) if compressed + W + max_num_batched_tokens)
+//   gather g = ql + clamp(prefix, 0, W - 1); compressed c = seq / ratio.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -40,7 +41,7 @@ Plan plan_or_fail(const SwaMetadata& md, int64_t ratio, int64_t chunk,
   return plan.ok() ? plan.value() : Plan{};
 }
 
-TEST(ChunkPlan, TfmsGolden) {
+TEST(ChunkPlan, FiveRequestsGolden) {
   const PrefillRequests r{{80, 96, 112, 128, 144}, {4, 4, 4, 4, 4}};
   // area = 4 * (256 + 64 + 128) = 1792; c = [20..36], g = 67; 5 * 103 = 515.
   EXPECT_EQ(plan_or_fail(r.md(64, 1024, 128), 4, 4), (Plan{{0, 5, 36, 103}}));

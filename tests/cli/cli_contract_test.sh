@@ -228,7 +228,7 @@ for expected in "$DATA"/*.expected.json; do
 done
 
 # consumer_matches FILE EXPECTED NAME: the reference keys equal EXPECTED's, then "consumer" last
-# with §6 example 1's SWA-only golden values (mixed_mtp.json).
+# with the SWA-only golden values of mixed_mtp.json (docs/semantics.md#example-1-mixed-mtp-batch).
 consumer_matches() {
   python3 - "$1" "$2" "$3" <<'EOF2'
 import json, sys

@@ -207,7 +207,7 @@ TEST_P(ConfigNonCausalWidth, ReferenceAndRaisedRule) {
 
 INSTANTIATE_TEST_SUITE_P(
     Widths, ConfigNonCausalWidth,
-    ::testing::Values(WidthCase{8, 3, false, 64, 64},      // §6 example 3
+    ::testing::Values(WidthCase{8, 3, false, 64, 64},      // docs example 3 (DSpark draft)
                       WidthCase{128, 5, false, 192, 192},  // DSV4-Flash K5
                       WidthCase{128, 7, false, 192, 192},  // K7
                       WidthCase{128, 5, true, 192, 192},   // theta 11: 139 -> 192

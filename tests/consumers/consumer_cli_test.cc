@@ -1,7 +1,8 @@
 // `sparse-swa build --consumer NAME`: the consumer JSON (tools/json/consumer_json.h) on the
 // shipped batch files, through the same calls the CLI makes (read_batch_file, a CPU builder,
-// consumer_to_json). Expected values are the reference description's §6 example 1 golden
-// vectors (SWA-only layer), written out by hand; error paths check the message text.
+// consumer_to_json). Expected values are the golden vectors of
+// docs/semantics.md#example-1-mixed-mtp-batch (SWA-only layer), written out by hand; error paths
+// check the message text.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -64,7 +65,7 @@ TEST_F(ConsumerJson, KeysInContractOrder) {
   EXPECT_NE((*c)["note"].get<std::string>().find("no indexer top-k"), std::string::npos);
 }
 
-// §6 example 1, FlashInfer SM100 mixed matrix of an SWA-only layer: S = 8, P = 0; lens 8 for all
+// Example 1, FlashInfer SM100 mixed matrix of an SWA-only layer: S = 8, P = 0; lens 8 for all
 // three decode rows although row 1 has -1 inside; the exact SWA counts beside them.
 TEST_F(ConsumerJson, Example1MixedSwaOnly) {
   Load("mixed_mtp.json");
@@ -86,7 +87,7 @@ TEST_F(ConsumerJson, Example1MixedSwaOnly) {
   EXPECT_EQ((*c)["policy"]["layout"], "mixed");
 }
 
-// §6 example 1, ROCm ragged of the decode rows; the prefill rows packed the same way.
+// Example 1, ROCm ragged of the decode rows; the prefill rows packed the same way.
 TEST_F(ConsumerJson, Example1Ragged) {
   Load("mixed_mtp.json");
   auto c = Consumer("rocm_ragged");
@@ -101,7 +102,7 @@ TEST_F(ConsumerJson, Example1Ragged) {
                                                           6, 7, 16, 17, 18, 19, 32, 33}));
 }
 
-// §6 example 1, FlashMLA prefill combine of an SWA-only layer: one chunk (0, 1, N 0, M 10),
+// Example 1, FlashMLA prefill combine of an SWA-only layer: one chunk (0, 1, N 0, M 10),
 // width round_up(0 + 8, 128) = 128, workspace rows = position - gather_start.
 TEST_F(ConsumerJson, Example1CombinedPrefillSwaOnly) {
   Load("mixed_mtp.json");
@@ -119,7 +120,7 @@ TEST_F(ConsumerJson, Example1CombinedPrefillSwaOnly) {
   EXPECT_EQ(ints(chunks[0]["lens"]), Row({7, 8, 8, 8}));
 }
 
-// §6 example 1's "two prefill requests in one chunk": request B (seq 3, query 3) is chunk
+// Example 1 with two prefill requests in one chunk: request B (seq 3, query 3) is chunk
 // request b = 1 with M = max(10, 3) = 10, so its rows start at workspace row 10.
 TEST_F(ConsumerJson, TwoPrefillRequestsInOneChunk) {
   Load("consumer/two_prefills.json");
@@ -140,7 +141,7 @@ TEST_F(ConsumerJson, TwoPrefillRequestsInOneChunk) {
   EXPECT_EQ(ints((*c)["prefill_ragged"]["indptr"]), Row({0, 7, 15, 23, 31, 32, 34, 37}));
 }
 
-// A CUDA-graph padded decode-only step (§6 example 2): padded rows -1 with lens 0 everywhere,
+// A CUDA-graph padded decode-only step (docs example 2): padded rows -1 with lens 0 everywhere,
 // no prefill rows and no chunks.
 TEST_F(ConsumerJson, PaddedDecodeOnly) {
   Load("padded_decode.json");

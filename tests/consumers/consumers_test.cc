@@ -1,7 +1,8 @@
-// Index consumers (CPU reference): golden vectors of the reference description §6 (examples 1
-// and 5), one regression test per failure class of the consumer issue, error paths, and
-// randomized property tests against the builder's own rows. Expected values are hand-computed
-// from the document's rules, never produced by this library.
+// Index consumers (CPU reference): golden vectors of docs/semantics.md#worked-examples (examples
+// 1 and 5), one regression test per width, threshold or stride failure a consumer can hit
+// (docs/semantics.md#window-and-width), error paths, and randomized property tests against the
+// builder's own rows. Expected values are hand-computed from the rules, never produced by this
+// library.
 #include "sparse_swa/consumers.h"
 
 #include <gtest/gtest.h>
@@ -71,7 +72,7 @@ Row iota_row(int32_t from, int32_t n) {
   return r;
 }
 
-// ------------------------------------------------------------------ §6 Example 1
+// ------------------------------------------------------------------ Example 1
 
 // W = 8, B = 4, MTP k = 1 (theta 2): decodes at positions 10 and 4, 5; a chunked prefill of
 // positions 6..9.
@@ -121,7 +122,7 @@ class Example1 : public ::testing::Test {
   // Toy compressed cache: block size 2, req 0 -> [3, 5], req 1 -> [8, 9], req 2 -> [13, 21].
   Matrix cbt_{{{3, 5}, {8, 9}, {13, 21}}};
   CompressedCache c4a_cache() const { return {cbt_.view(), 2, 4}; }
-  // Indexer local top-k (TOP_K = 2) of the prefill positions 6..9, from the document.
+  // Indexer local top-k (TOP_K = 2) of the prefill positions 6..9, as in docs example 1.
   Matrix prefill_topk_{{{0, -1}, {1, 0}, {0, 1}, {1, 0}}};
   // Decode local top-k (our own hand-made values): req0 [1, 2], req1 [0, -1] and [1, 0].
   Matrix decode_topk_{{{1, 2}, {0, -1}, {1, 0}}};
@@ -159,7 +160,7 @@ TEST_F(Example1, MixedMatrixC4a) {
   EXPECT_EQ(out.row(0), Row({31, 12, 13, 14, 15, 36, 37, 38, 7, 10, -1, -1}));
   EXPECT_EQ(out.row(1), Row({20, 21, 22, 23, 44, -1, -1, -1, 16, -1, -1, -1}));
   EXPECT_EQ(out.row(2), Row({20, 21, 22, 23, 44, 45, -1, -1, 17, 16, -1, -1}));
-  // Prefill rows: the document's golden vectors.
+  // Prefill rows: example 1's golden vectors.
   EXPECT_EQ(out.row(3), Row({4, 5, 6, 7, 16, 17, 18, -1, 26, -1, -1, -1}));
   EXPECT_EQ(out.row(4), Row({4, 5, 6, 7, 16, 17, 18, 19, 27, 26, -1, -1}));
   EXPECT_EQ(out.row(5), Row({5, 6, 7, 16, 17, 18, 19, 32, 26, 27, -1, -1}));
@@ -250,7 +251,7 @@ TEST(CombinedPrefillGolden, TwoRequestsInOneChunk) {
   EXPECT_EQ(out.lens, Row({7, 8, 8, 8, 1, 2, 3}));
 }
 
-// ------------------------------------------------------------------ §6 Example 5 ([T-FMS])
+// ------------------------------------------------------------------ Example 5
 
 // A single prefill token at position 3 with logical W = 4 and a decode view padded to 8.
 TEST(MixedMatrixGolden, LogicalWindowWithPaddedSwaWidth) {
@@ -342,8 +343,8 @@ struct Widened {
   ConstIndexView view;
 };
 
-// B1 (the seed's reshape crash): DSpark rows of width 192 (and 256) for 7 decode tokens with
-// W = 128 go through the mixed path intact; nothing is reshaped with the window.
+// DSpark rows of width 192 (and 256) for 7 decode tokens with W = 128 go through the mixed path
+// intact; nothing is reshaped with the window (docs/semantics.md#window-and-width).
 TEST(ConsumerRegression, DsparkSevenDecodeTokensThroughMixedPathWidth192And256) {
   const BuilderConfig c = dspark_config(128, 6);  // theta 13: W + theta = 141 -> Wn = 192
   TestBatch batch(64);
@@ -378,7 +379,7 @@ TEST(ConsumerRegression, DsparkSevenDecodeTokensThroughMixedPathWidth192And256) 
   }
 }
 
-// B1/H1: non-causal rows hold up to W + query_len entries; a decode view narrower than that
+// Non-causal rows hold up to W + query_len entries; a decode view narrower than that
 // (rows reshaped or allocated with the window) is detected, never truncated.
 TEST(ConsumerRegression, RowNarrowerThanWindowPlusKDetected) {
   const BuilderConfig c = dspark_config(128, 6);
@@ -389,7 +390,7 @@ TEST(ConsumerRegression, RowNarrowerThanWindowPlusKDetected) {
   SwaMetadata md;
   SPARSE_SWA_ASSERT_OK(builder->build(input, &md));
   SwaMetadata narrow = md;
-  narrow.decode_swa.width = 128;  // the window, as the seed's consumer assumed
+  narrow.decode_swa.width = 128;  // the window, as a consumer that confuses the two assumes
   narrow.decode_swa.row_stride = 192;
   Output out(7, 256);
   EXPECT_TRUE(IsInvalidArgument(build_mixed_matrix({narrow, input, 64}, {}, out.view()),
@@ -400,11 +401,11 @@ TEST(ConsumerRegression, RowNarrowerThanWindowPlusKDetected) {
       {"view.lens[0]", "expected 0..128", "got 135"}));
 }
 
-// B3: a width the kernel library never instantiated is rounded up to one it did, or refused.
+// A width the kernel library never instantiated is rounded up to one it did, or refused.
 // (The policies live in dispatch_policy_test.cc; here the mixed matrix rounds 133 columns.)
 TEST(ConsumerRegression, OddWidthRowsStayAligned) {
   const MixedMatrixShape s = mixed_matrix_shape(133, 0, 0);
-  EXPECT_EQ(s.row_width, 136);  // B9: whole row a multiple of 4
+  EXPECT_EQ(s.row_width, 136);  // the whole row a multiple of 4, not only the compressed part
   EXPECT_EQ(mixed_matrix_shape(130, 5, 2).compressed_width, 8);
   EXPECT_EQ(mixed_matrix_shape(130, 5, 2).row_width, 140);
 }
@@ -435,7 +436,7 @@ TEST(ConsumerRegression, ValidLengthNeverEqualsPaddedWidth) {
   EXPECT_EQ(indptr[3] - indptr[2], 6);
 }
 
-// B4: with parallel drafting the threshold is 1 + 2k for every consumer: they all take the
+// With parallel drafting the threshold is 1 + 2k for every consumer: they all take the
 // split from the metadata, so a request of query length <= 1 + 2k is a decode everywhere.
 TEST(ConsumerRegression, ParallelDraftingThresholdOnePlusTwoK) {
   BuilderConfig c = example1_config();
@@ -468,7 +469,7 @@ TEST(ConsumerRegression, ParallelDraftingThresholdOnePlusTwoK) {
   EXPECT_EQ(indptr[15], std::accumulate(md.decode_swa.lens, md.decode_swa.lens + 15, 0));
 }
 
-// B8: one persistent, capacity-strided buffer serves every step; the shape is the builder's,
+// One persistent, capacity-strided buffer serves every step; the shape is the builder's,
 // not the batch's, so the stride a captured graph baked in stays right.
 TEST(ConsumerRegression, CapacityStrideUnchangedAcrossSteps) {
   const BuilderConfig c = example1_config();
@@ -507,7 +508,7 @@ TEST(ConsumerRegression, CapacityStrideUnchangedAcrossSteps) {
   }
   EXPECT_EQ(shapes[0].row_width, shapes[1].row_width);
   EXPECT_EQ(shapes[1].row_width, shapes[2].row_width);
-  // A stride that is not a multiple of 4 would misalign rows (B9).
+  // A stride that is not a multiple of 4 would misalign rows.
   TestBatch batch = example1_batch();
   const BatchInput input = batch.input();
   SwaMetadata md;
@@ -517,7 +518,7 @@ TEST(ConsumerRegression, CapacityStrideUnchangedAcrossSteps) {
                                 {"out.row_stride", "multiple of 4", "got 10"}));
 }
 
-// B7/B14: padded and invalid tokens give rows of -1 and lens 0 in every output.
+// Padded and invalid tokens give rows of -1 and lens 0 in every output (never a stale row).
 TEST(ConsumerRegression, PaddedRowsAllMinusOneLensZero) {
   auto builder = cpu_builder(example1_config());
   TestBatch batch = example1_batch();
@@ -622,7 +623,7 @@ TEST(ConsumerRegression, Topk1024And2048ThroughEveryPath) {
   }
 }
 
-// H2: a -1 (or an index past the request's compressed entries) inside the first topk_len
+// A -1 (or an index past the request's compressed entries) inside the first topk_len
 // entries is masked to -1 in place, still counted in lens; check_prefill_topk names it.
 TEST_F(Example1, NegativeInsideCompressedPrefixIsMasked) {
   Matrix bad{{{0, -1}, {-1, 0}, {0, 7}, {1, 0}}};  // pos7 entry 0 and pos8 entry 1

@@ -47,7 +47,7 @@ BuilderConfig dspark(BuilderConfig c, int32_t k) {
   return c;
 }
 
-// B3: 133 needed entries -> 192 on SM120 (an instantiated width), 256 for a 256-only kernel,
+// 133 needed entries -> 192 on SM120 (an instantiated width), 256 for a 256-only kernel,
 // and a clear error listing the accepted widths when nothing >= 133 is accepted.
 TEST(ChooseWidth, Width133) {
   EXPECT_EQ(choose_width(133, builtin("flashinfer_sm120_decode"), {64}).value(), 192);
@@ -140,7 +140,7 @@ TEST(ValidateConfig, EnumeratesEveryTupleOfTheConfig) {
   for (const TupleCheck& t : tuples.value()) EXPECT_TRUE(t.accepted) << t.source;
 }
 
-// H5: FlashMLA's 128-head kernel needs topk % 128 == 0; DSpark's Wn = 192 is rejected at
+// FlashMLA's 128-head kernel needs topk % 128 == 0; DSpark's Wn = 192 is rejected at
 // start-up, naming the tuple.
 TEST(ValidateConfig, FlashMla128HeadsRejectsDsparkWidth192) {
   const BuilderConfig c = dspark(flash_config(), 5);

@@ -1,5 +1,6 @@
-// Issue 4 item 6: the builder's DSpark row width chosen through a consumer's dispatch policy,
-// so the producer writes exactly the width the consumer kernel is instantiated for.
+// The builder's DSpark row width chosen through a consumer's dispatch policy, so the producer
+// writes exactly the width the consumer kernel is instantiated for
+// (docs/semantics.md#dspark-width).
 #include <gtest/gtest.h>
 
 #include "sparse_swa/dispatch_policy.h"

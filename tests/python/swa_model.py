@@ -1,6 +1,6 @@
-"""A small, independent Python model of the reference's rules (semantics spec §2): causal and
-DSpark rows, the decode/prefill split, gather lens and the chunk plan. Used to check the
-binding's outputs on random batches."""
+"""A small, independent Python model of docs/semantics.md's rules: causal and DSpark rows, the
+decode/prefill split, gather lens and the chunk plan. Used to check the binding's outputs on
+random batches."""
 
 
 def slot(bt_row, block_size, pos):

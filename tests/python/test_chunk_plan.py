@@ -21,8 +21,8 @@ def prefill_batch(seq_lens, query_lens, block_size):
     return qsl, seq, bt, np.array(slots, dtype=np.int64)
 
 
-def test_fms_golden_plan():
-    # semantics spec §2.8 golden: seq [80..144], ql 4, W 64, max_model_len 1024, mnbt 128.
+def test_five_request_golden_plan():
+    # docs/semantics.md example 5: seq [80..144], ql 4, W 64, max_model_len 1024, mnbt 128.
     config = {"window_size": 64, "block_size": 64, "max_num_batched_tokens": 128,
               "max_num_seqs": 8, "max_model_len": 1024, "compress_ratios": [1, 4]}
     builder = sparse_swa.MetadataBuilder(config)

@@ -1,5 +1,5 @@
 """The SWA-only index consumers through Python: to_ragged, md.mixed_matrix(),
-md.combined_prefill(), golden values from §6 example 1 (tests/data/mixed_mtp.json)."""
+md.combined_prefill(), golden values of docs/semantics.md example 1 (tests/data/mixed_mtp.json)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import pytest
 import sparse_swa
 from conftest import build_case
 
-# §6 example 1 decode rows (width 8) and their lens.
+# Example 1's decode rows (width 8) and their lens.
 DECODE_ROWS = [
     [31, 12, 13, 14, 15, 36, 37, 38],
     [20, 21, 22, 23, 44, -1, -1, -1],
@@ -59,7 +59,7 @@ def test_mixed_matrix_swa_only(mixed_builder, mixed_case):
     assert indices[1].tolist() == [20, 21, 22, 23, 44, -1, -1, -1]
     assert indices[:td].tolist() == DECODE_ROWS
     assert swa_lens[:td].tolist() == DECODE_LENS
-    # Prefill rows recomputed from the position: §6 example 1 prefill rows.
+    # Prefill rows recomputed from the position: example 1's prefill rows.
     assert indices[3].tolist() == [4, 5, 6, 7, 16, 17, 18, -1]
     assert indices[6].tolist() == [6, 7, 16, 17, 18, 19, 32, 33]
     assert swa_lens[3:7].tolist() == [7, 8, 8, 8]

@@ -1,5 +1,6 @@
-"""The reference's golden examples (tests/data/*.json, produced by vLLM's builder or the
-semantics spec) through Python: every field of each *.expected.json is compared."""
+"""The golden examples (tests/data/*.json, produced by vLLM's builder or by hand, see
+docs/semantics.md#worked-examples) through Python: every field of each *.expected.json is
+compared."""
 
 import json
 
@@ -83,7 +84,7 @@ def test_golden_case(name):
 
 
 def test_mixed_mtp_prefill_fields(mixed_builder, mixed_case):
-    # semantics spec §6 example 1: one chunked prefill request, seq 10, query 4.
+    # docs/semantics.md example 1: one chunked prefill request, seq 10, query 4.
     md = build_case(mixed_builder, mixed_case)
     assert md.prefill_seq_lens_cpu.tolist() == [10]
     assert md.prefill_query_lens_cpu.tolist() == [4]

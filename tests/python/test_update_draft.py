@@ -34,7 +34,7 @@ def test_update_after_noncausal_build_writes_causal_rows(dspark):
 
     builder.update_draft_decode_metadata(md)
 
-    # semantics spec §6 example 3, "for contrast, causal rows for the same tokens".
+    # docs/semantics.md example 3: the causal rows of the same tokens.
     causal = [
         [31, 12, 13, 14, 15, 36, 37, 38],
         [12, 13, 14, 15, 36, 37, 38, 39],
