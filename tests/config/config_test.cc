@@ -172,7 +172,7 @@ TEST(ConfigDerived, PrefillIndexWidth) {
   EXPECT_EQ(derive_config(c).prefill_index_width, 128);
   c.max_image_tokens = 384;
   EXPECT_EQ(derive_config(c).prefill_index_width, 512);
-  c.max_image_tokens = 1024;  // V4.1 vision before PR #57152: 128 + 1024
+  c.max_image_tokens = 1024;  // a vision config with Mi = 1024: 128 + 1024
   EXPECT_EQ(derive_config(c).prefill_index_width, 1152);
 }
 

@@ -153,7 +153,7 @@ TEST(ValidateConfig, FlashMla128HeadsRejectsDsparkWidth192) {
 
 TEST(ValidateConfig, VisionPrefillRowsWidth) {
   BuilderConfig c = flash_config();
-  c.max_image_tokens = 1024;  // W + Mi = 1152 (DSV4.1 before PR #57152)
+  c.max_image_tokens = 1024;  // W + Mi = 1152 (a vision config with Mi = 1024)
   auto tuples = enumerate_dispatch_tuples(c, builtin("sparse_swa"), {64, 256, 512});
   SPARSE_SWA_ASSERT_OK(tuples.status());
   ASSERT_EQ(tuples.value().size(), 6u);  // causal decode + prefill, per layer type
@@ -185,7 +185,7 @@ TEST(ValidateConfig, BadDeploymentShapeAndConfig) {
       IsInvalidArgument(validate_config(bad, builtin("sparse_swa"), {}), {"config.window_size"}));
 }
 
-// Item 6: the non-causal width through a policy, >= W + theta.
+// choose_noncausal_width: the non-causal width through a policy, >= W + theta.
 TEST(ChooseNoncausalWidth, FollowsThePolicy) {
   const BuilderConfig c = dspark(flash_config(), 5);  // theta 11: needs 139
   EXPECT_EQ(choose_noncausal_width(c, builtin("flashinfer_sm120_decode"), {64}).value(), 192);

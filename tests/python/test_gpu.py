@@ -1,6 +1,6 @@
-"""GPU checks (the lead's GPU machine): PyTorch CUDA tensors in, the CUDA backend, outputs that
-are device pointers into persistent buffers, results equal to the CPU path. Skipped without
-torch or a CUDA device; the torch CPU test runs wherever torch is installed."""
+"""GPU checks (`scripts/gpu/check.sh python`): PyTorch CUDA tensors in, the CUDA backend,
+outputs that are device pointers into persistent buffers, results equal to the CPU path. Skipped
+without torch or a CUDA device; the torch CPU test runs wherever torch is installed."""
 
 import ctypes
 import json
