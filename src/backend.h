@@ -3,7 +3,8 @@
 // picks the backend from the memory space of the views: host views run cpu_*, the reference in
 // src/cpu/; device views run cuda_*, in src/cuda/. A CPU-only build links src/cuda_stub/ in
 // place of src/cuda/: there every cuda_* entry point returns UNAVAILABLE. Neither backend
-// includes the other; both see only this header, src/common/ and the checks they share.
+// includes the other; both see only this header, src/common/ and the checks they share
+// (docs/design.md#data-flow).
 #pragma once
 
 #include <cstddef>

@@ -58,7 +58,7 @@ struct DerivedConfig {
   int32_t decode_threshold = 1;     // theta = 1 + (2 if parallel_drafting else 1) * k
   int32_t prefill_index_width = 0;  // W + Mi
   // DSpark: config.noncausal_index_width if set, else
-  // max(round_up(W + k, 64), round_up(W + theta, 64)).
+  // max(round_up(W + k, 64), round_up(W + theta, 64)) (docs/semantics.md#dspark-width).
   int32_t noncausal_index_width = 0;
   LayerTypeSet layer_types;
   bool is_dspark = false;
@@ -70,7 +70,8 @@ Status validate_config(const BuilderConfig& config);
 DerivedConfig derive_config(const BuilderConfig& config);
 
 // The reference's get_dspark_swa_index_width(W, k) = round_up(W + k, 64); it truncates rows when
-// W + theta crosses the next multiple of 64, so the builder uses noncausal_index_width instead.
+// W + theta crosses the next multiple of 64, so the builder uses noncausal_index_width instead
+// (docs/semantics.md#dspark-row-width).
 int32_t reference_noncausal_width(int32_t window_size, int32_t num_speculative_tokens);
 
 }  // namespace sparse_swa

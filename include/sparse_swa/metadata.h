@@ -1,5 +1,6 @@
 // The per-step SWA metadata: the reference's DeepseekSparseSWAMetadata fields as views into
-// the builder's persistent buffers. Valid until the builder's next build().
+// the builder's persistent buffers. Valid until the builder's next build(). What each field means:
+// docs/semantics.md#output-fields.
 #pragma once
 
 #include <cstdint>

@@ -49,7 +49,8 @@ class MetadataBuilder {
   // returned (its counts and views unedited) and `batch` must have that build's shape and spans
   // (query_start_loc equal to the build's, element by element); the batch is checked as in
   // build(). Token mapping and validity are the build's, from the builder's own copies: writes
-  // to the exported token_to_req_indices / is_valid_token change neither.
+  // to the exported token_to_req_indices / is_valid_token change neither
+  // (docs/semantics.md#draft-update).
   Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md);
 
   // CUDA backend: the device arrays cannot be read on the host without a sync, so build()
@@ -58,7 +59,8 @@ class MetadataBuilder {
   // a negative block id, an int32 slot overflow, a padding token with a real slot, a draft
   // update's query_start_loc whose spans differ from the build's) is written as invalid (lens 0,
   // all -1) and recorded. This call synchronises the builder's stream and returns (and clears)
-  // that record. The CPU backend checks everything in build(): always Ok.
+  // that record. The CPU backend checks everything in build(): always Ok
+  // (docs/design.md#the-device-error-word).
   Status take_device_error();
 
  private:

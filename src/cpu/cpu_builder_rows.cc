@@ -271,7 +271,7 @@ Status CpuBuilderRows::update_decode_rows(const BatchInput& b, const DraftUpdate
     const TokenWindow tw = token_window(b, t, build_token_to_req_[t], RowKind::kCausal, 0, 0);
     SPARSE_SWA_RETURN_IF_ERROR(check_window_blocks(b, t, tw));
   }
-  // The logical window W, whatever the row width (the reference passes the width).
+  // The logical window W, whatever the row width (docs/semantics.md#draft-update-window).
   write_rows(b, build_token_to_req_.data(), build_is_valid_.data(), 0, td, RowKind::kCausal, false,
              build_decode_rows_, last.decode_width, decode_lens_.data());
   return Status::Ok();
