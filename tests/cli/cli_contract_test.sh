@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The sparse-swa CLI end to end: the JSON contract on the shipped cases, exit codes (0 ok,
 # 1 invalid input with "sparse-swa: error: ..." on stderr, 2 usage), demo and table output.
-# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_TEST_DATA (tests/data). Run by ctest as
+# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_TEST_DATA (tests/data), SPARSE_SWA_VERSION
+# (what --version prints; default: project(VERSION) of CMakeLists.txt). Run by ctest as
 # `cli_contract`; prints "N passed, M failed" last and exits non-zero on any failure.
 set -u
 
 CLI=${SPARSE_SWA_CLI:?set SPARSE_SWA_CLI to the sparse-swa binary}
 DATA=${SPARSE_SWA_TEST_DATA:?set SPARSE_SWA_TEST_DATA to tests/data}
+VERSION=${SPARSE_SWA_VERSION:-$(sed -n 's/^project(sparse_swa VERSION \([0-9.]*\).*/\1/p' \
+  "$(dirname "$0")/../../CMakeLists.txt")}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -181,7 +184,15 @@ expect_error "unknown --format" 2 "--format: yaml not in {json,table}" \
 expect_error "unknown option" 2 "usage error" build --input "$DATA/mixed_mtp.json" --frobnicate
 expect_error "demo with an argument" 2 "usage error" demo extra
 
-# --- Help, table, demo -----------------------------------------------------------------------
+# --- Version, help, table, demo ------------------------------------------------------------
+run --version
+if [[ $rc -eq 0 && ! -s "$TMP/err" && -n "$VERSION" && "$(cat "$TMP/out")" == "sparse-swa $VERSION" ]]; then
+  pass "--version"
+else
+  fail "--version" "exit $rc, expected 'sparse-swa $VERSION'" "$(head -c 200 "$TMP/out")" \
+    "$(head -c 200 "$TMP/err")"
+fi
+
 run --help
 if [[ $rc -eq 0 ]] && grep -q "build" "$TMP/out" && grep -q "demo" "$TMP/out"; then
   pass "--help"

@@ -5,6 +5,7 @@
 //   sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE]
 //   sparse-swa attend [--backend cpu|cuda] [--heads H] ...   (sparse MLA attention vs reference)
 //   sparse-swa check-config --consumer NAME CONFIG.json      (dispatch-width policy check)
+//   sparse-swa --version
 // Exit codes: 0 success, 1 invalid input (message on stderr), 2 usage error.
 #include <CLI/CLI.hpp>
 #include <exception>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "commands.h"
+#include "sparse_swa/version.h"
 
 int main(int argc, char** argv) {
   namespace cli = sparse_swa::cli;
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
       "sparse-swa: per-step sparse sliding-window attention (SWA) metadata over a paged KV "
       "cache, as vLLM's DeepSeek-V4 builder computes it."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("sparse-swa ") + SPARSE_SWA_VERSION_STRING,
+                       "Print the version and exit");
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("sparse-swa: usage error: ") + e.what() +
            "\nRun 'sparse-swa --help' (or 'sparse-swa <command> --help') for more information.\n";
