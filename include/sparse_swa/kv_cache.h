@@ -99,8 +99,9 @@ struct BasicKvCacheView {
 
   int64_t num_slots() const { return num_blocks * block_size; }
   // Adding const is always safe (a template, so the const view declares no self-conversion).
-  template <typename V = Void, typename = std::enable_if_t<!std::is_const_v<V>>>
-  operator BasicKvCacheView<const void>() const {  // NOLINT: implicit by design
+  template <typename V,
+            typename = std::enable_if_t<std::is_same_v<V, const void> && !std::is_const_v<Void>>>
+  operator BasicKvCacheView<V>() const {  // NOLINT: implicit by design
     return {data, num_blocks, block_size, page_stride_bytes, dtype, space};
   }
 };
