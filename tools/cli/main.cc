@@ -1,8 +1,8 @@
 // sparse-swa: DeepSeek-V4 sparse sliding-window attention metadata from the command line.
-//   sparse-swa build --input BATCH.json [--input ...] [--backend cpu|cuda] [--format json|table]
-//                    [--consumer NAME [--heads H]]
+//   sparse-swa build BATCH.json [...] [--backend cpu|cuda] [--format json|table]
+//                    [--consumer NAME [--heads H]]           (or --input BATCH.json)
 //   sparse-swa demo [--backend cpu|cuda]
-//   sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE]
+//   sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE]
 //   sparse-swa attend [--backend cpu|cuda] [--heads H] ...   (sparse MLA attention vs reference)
 //   sparse-swa check-config --consumer NAME CONFIG.json      (dispatch-width policy check)
 //   sparse-swa --version
@@ -15,6 +15,25 @@
 
 #include "commands.h"
 #include "sparse_swa/version.h"
+
+namespace {
+
+// A first argument that is neither an option nor a command: CLI11 would only say that a
+// subcommand is required.
+bool reject_unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  std::string names;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->get_name() == argv[1]) return false;
+    names += (names.empty() ? "" : ", ") + command->get_name();
+  }
+  std::cerr << "sparse-swa: usage error: unknown command '"
+            << sparse_swa::printable_excerpt(argv[1]) << "' (expected one of " << names
+            << ")\nRun 'sparse-swa --help' for more information.\n";
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace cli = sparse_swa::cli;
@@ -34,6 +53,7 @@ int main(int argc, char** argv) {
   cli::add_bench_command(app, &exit_code);
   cli::add_attend_command(app, &exit_code);
   cli::add_check_config_command(app, &exit_code);
+  if (reject_unknown_command(app, argc, argv)) return cli::kExitUsage;
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {
