@@ -1,7 +1,7 @@
 // The JSON batch format and the JSON metadata writer (tools/json/batch_json.h).
 //
-// tests/data/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the reference
-// builder's own output (shared/anchors/examples, produced on an H200); padded_decode and
+// examples/batches/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the
+// reference builder's own output (shared/anchors/examples, produced on an H200); padded_decode and
 // vision_prefill are hand-computed from the semantics description, section 6, examples 2 and
 // 4(a). Every case must match field by field and byte for byte (the reference's json.dumps form).
 #include <gtest/gtest.h>
@@ -33,9 +33,9 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-fs::path data_dir() { return fs::path(SPARSE_SWA_TEST_DATA); }
+fs::path data_dir() { return fs::path(SPARSE_SWA_EXAMPLES); }
 
-// Every <case>.json in tests/data with a <case>.expected.json beside it.
+// Every <case>.json in examples/batches with a <case>.expected.json beside it.
 std::vector<std::string> case_names() {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(data_dir())) {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The sparse-swa CLI end to end: the JSON contract on the shipped cases, exit codes (0 ok,
 # 1 invalid input with "sparse-swa: error: ..." on stderr, 2 usage), demo and table output.
-# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_TEST_DATA (tests/data), SPARSE_SWA_VERSION
-# (what --version prints; default: project(VERSION) of CMakeLists.txt). Run by ctest as
+# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_EXAMPLES (the example batch files and their
+# expected outputs; default: examples/batches), SPARSE_SWA_VERSION (what --version prints;
+# default: project(VERSION) of CMakeLists.txt). Run by ctest as
 # `cli_contract`; prints "N passed, M failed" last and exits non-zero on any failure.
 set -u
 
 CLI=${SPARSE_SWA_CLI:?set SPARSE_SWA_CLI to the sparse-swa binary}
-DATA=${SPARSE_SWA_TEST_DATA:?set SPARSE_SWA_TEST_DATA to tests/data}
+DATA=${SPARSE_SWA_EXAMPLES:-$(dirname "$0")/../../examples/batches}
 VERSION=${SPARSE_SWA_VERSION:-$(sed -n 's/^project(sparse_swa VERSION \([0-9.]*\).*/\1/p' \
   "$(dirname "$0")/../../CMakeLists.txt")}
 TMP=$(mktemp -d)

@@ -1,4 +1,4 @@
-"""The reference's golden examples (tests/data/*.json, produced by vLLM's builder or the
+"""The reference's golden examples (examples/batches/*.json, produced by vLLM's builder or the
 semantics spec) through Python: every field of each *.expected.json is compared."""
 
 import json
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import sparse_swa
-from conftest import DATA, build_case
+from conftest import EXAMPLES, build_case
 
-CASES = sorted(p.name[: -len(".expected.json")] for p in DATA.glob("*.expected.json"))
+CASES = sorted(p.name[: -len(".expected.json")] for p in EXAMPLES.glob("*.expected.json"))
 
 
 def rows(a):
@@ -29,8 +29,8 @@ def test_cases_found():
 
 @pytest.mark.parametrize("name", CASES)
 def test_golden_case(name):
-    case = json.loads((DATA / f"{name}.json").read_text())
-    expected = json.loads((DATA / f"{name}.expected.json").read_text())
+    case = json.loads((EXAMPLES / f"{name}.json").read_text())
+    expected = json.loads((EXAMPLES / f"{name}.expected.json").read_text())
     builder = sparse_swa.MetadataBuilder(case["config"])
     md = build_case(builder, case)
     td = md.num_decode_tokens
