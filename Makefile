@@ -1,36 +1,69 @@
 # Thin wrappers over CMake. `make demo` and `make test` work on a fresh Debian machine: they
-# install the missing Debian packages (apt-get) and Python packages (pip) first.
+# install the missing Debian packages (apt-get) first, and `make test` the Python packages (pip)
+# into a project virtual environment, .venv/ (Debian's own Python refuses pip installs outside
+# one). PYTHON=/path/to/python uses that interpreter as it is, without the virtual environment.
 BUILD_DIR ?= build
+DEMO_BUILD_DIR ?= build-demo
 CMAKE_ARGS ?=
 JOBS ?= $(shell nproc)
-PYTHON ?= python3
+VENV ?= .venv
+SYSTEM_PYTHON ?= python3
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(VENV)/bin/python
+PYTHON_DEPS := $(PYTHON)
+else
+PYTHON_DEPS :=
+endif
 
-DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
-                libbenchmark-dev
+# What `make demo` needs (the CLI alone, CPU only), then what the tests, benchmarks and the
+# Python module add.
+DEMO_DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libcli11-dev
+DEB_PACKAGES := $(DEMO_DEB_PACKAGES) libgtest-dev libgmock-dev libbenchmark-dev python3-dev \
+                python3-venv python3-pip
 PY_PACKAGES := numpy pytest nanobind scikit-build-core
 
-.PHONY: all deps build demo test test-cpp test-python sanitize bench clean format
+.PHONY: all deps deps-demo build demo test test-cpp test-python sanitize bench clean format
 
 all: build
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+# apt-get install of the packages of $(1) that are missing.
+define install_debian_packages
+	@missing=""; for p in $(1); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+endef
+
+deps-demo:
+	$(call install_debian_packages,$(DEMO_DEB_PACKAGES))
+
+deps: $(PYTHON_DEPS)
+	$(call install_debian_packages,$(DEB_PACKAGES))
 	@$(PYTHON) -c "import numpy, pytest, nanobind, scikit_build_core" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_PACKAGES)
 
+# The project virtual environment. It sees the system's site-packages, so Python packages that
+# are already installed (pip or apt) are used, not downloaded again.
+$(VENV)/bin/python:
+	$(call install_debian_packages,python3-venv python3-pip)
+	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+
 build: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPARSE_SWA_PYTHON=ON \
-	  -DPython_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPARSE_SWA_TESTS=ON \
+	  -DSPARSE_SWA_BENCH=ON -DSPARSE_SWA_CLI=ON -DSPARSE_SWA_PYTHON=ON \
+	  -DPython_EXECUTABLE=$$($(PYTHON) -c 'import sys; print(sys.executable)') $(CMAKE_ARGS)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
-	./$(BUILD_DIR)/sparse-swa demo
+# The CLI alone, CPU only, in its own build folder: no tests, benchmarks, Python or CUDA.
+demo: deps-demo
+	cmake -S . -B $(DEMO_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=OFF \
+	  -DSPARSE_SWA_CLI=ON -DSPARSE_SWA_TESTS=OFF -DSPARSE_SWA_BENCH=OFF -DSPARSE_SWA_PYTHON=OFF \
+	  $(CMAKE_ARGS)
+	cmake --build $(DEMO_BUILD_DIR) -j $(JOBS) --target sparse-swa
+	./$(DEMO_BUILD_DIR)/sparse-swa demo
 
 test: build
 	$(MAKE) --no-print-directory test-cpp test-python
@@ -54,4 +87,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(DEMO_BUILD_DIR)

@@ -16,7 +16,7 @@ namespace sparse_swa::bench {
 inline constexpr uint64_t kScenarioSeed = 7;
 
 struct BuilderTimingOptions {
-  Backend backend = Backend::kCuda;
+  Backend backend = Backend::kCpu;
   int iters = 200;  // timed builds per scenario and measure
 };
 
@@ -33,10 +33,10 @@ struct ScenarioTiming {
   testing::BenchScenario scenario;
   int32_t tokens = 0;
   double wall_us = 0;         // build() + stream sync
-  double host_us = 0;         // build() returning, no sync
+  double host_us = 0;         // build() returning, no sync (CPU: wall_us, build() is synchronous)
   double update_host_us = 0;  // update_draft_decode_rows() returning (0 without decodes)
   double device_us = 0;       // CUDA: a replayed graph of back-to-back builds, per build
-  double output_bytes = 0;    // what one build writes
+  int64_t output_bytes = 0;   // what one build writes
   double write_floor_us = 0;  // CUDA: output_bytes at the copy bandwidth
 };
 

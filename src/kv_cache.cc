@@ -39,12 +39,9 @@ bool known_dtype(CacheDtype d) {
   return d == CacheDtype::kFp8DsMla || d == CacheDtype::kBf16 || d == CacheDtype::kFp8E4m3;
 }
 
-}  // namespace
-
-StatusOr<PageLayout> page_layout(int block_size, CacheDtype dtype, CacheConsumer consumer) {
-  if (block_size <= 0 || block_size % 32 != 0) {
-    return invalid_argument("block_size: expected a positive multiple of 32, got ", block_size);
-  }
+// The layout of pages of `block_size` entries; block_size and ratio are checked by the caller.
+StatusOr<PageLayout> layout_of(int block_size, int compress_ratio, CacheDtype dtype,
+                               CacheConsumer consumer) {
   if (!known_dtype(dtype)) {
     return invalid_argument("dtype: expected fp8_ds_mla, bf16 or fp8_e4m3, got enum value ",
                             static_cast<int>(dtype));
@@ -60,6 +57,7 @@ StatusOr<PageLayout> page_layout(int block_size, CacheDtype dtype, CacheConsumer
   }
   PageLayout layout;
   layout.block_size = block_size;
+  layout.compress_ratio = compress_ratio;
   layout.dtype = dtype;
   layout.consumer = consumer;
   layout.token_bytes = cache_token_bytes(dtype);
@@ -68,6 +66,31 @@ StatusOr<PageLayout> page_layout(int block_size, CacheDtype dtype, CacheConsumer
   layout.page_bytes =
       (layout.content_bytes + layout.alignment - 1) / layout.alignment * layout.alignment;
   return layout;
+}
+
+}  // namespace
+
+StatusOr<PageLayout> page_layout(int block_size, CacheDtype dtype, CacheConsumer consumer) {
+  if (block_size <= 0 || block_size % 32 != 0) {
+    return invalid_argument("block_size: expected a positive multiple of 32, got ", block_size);
+  }
+  return layout_of(block_size, 1, dtype, consumer);
+}
+
+StatusOr<PageLayout> compressed_page_layout(int attn_block_size, int compress_ratio,
+                                            CacheDtype dtype, CacheConsumer consumer) {
+  if (compress_ratio != 2 && compress_ratio != 4 && compress_ratio != 128) {
+    return invalid_argument(
+        "compress_ratio: expected 2, 4 or 128 (a compressed cache; ratio 1 is the SWA cache, "
+        "page_layout), got ",
+        compress_ratio);
+  }
+  if (attn_block_size <= 0 || attn_block_size % 32 != 0 || attn_block_size % compress_ratio != 0) {
+    return invalid_argument(
+        "attn_block_size: expected a positive multiple of 32 and of compress_ratio ",
+        compress_ratio, ", got ", attn_block_size);
+  }
+  return layout_of(attn_block_size / compress_ratio, compress_ratio, dtype, consumer);
 }
 
 Status check_kv_cache_view(const ConstKvCacheView& cache, std::string_view name) {

@@ -1,5 +1,8 @@
 #include "sparse_swa/status.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace sparse_swa {
 
 const char* status_code_name(StatusCode code) {
@@ -58,6 +61,36 @@ std::string printable_excerpt(std::string_view text, size_t max_bytes) {
 Status with_printable_message(const Status& status) {
   if (status.ok()) return status;
   return Status(status.code(), printable_excerpt(status.message(), 300));
+}
+
+std::string_view closest_name(std::string_view name, std::span<const std::string_view> names) {
+  constexpr size_t kLongest = 256;  // longer text is no typo of a field name
+  std::string_view best;
+  size_t best_edits = kLongest;
+  if (name.size() > kLongest) return best;
+  std::vector<size_t> row, next;
+  for (std::string_view candidate : names) {
+    if (candidate.size() > kLongest) continue;
+    // Levenshtein distance, one row of the table at a time.
+    row.resize(candidate.size() + 1);
+    next.resize(candidate.size() + 1);
+    for (size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= name.size(); ++i) {
+      next[0] = i;
+      for (size_t j = 1; j <= candidate.size(); ++j) {
+        const size_t substitute = row[j - 1] + (name[i - 1] == candidate[j - 1] ? 0 : 1);
+        next[j] = std::min({row[j] + 1, next[j - 1] + 1, substitute});
+      }
+      std::swap(row, next);
+    }
+    const size_t edits = row[candidate.size()];
+    const size_t allowed = std::max<size_t>(2, std::max(name.size(), candidate.size()) / 3);
+    if (edits <= allowed && edits < best_edits) {
+      best = candidate;
+      best_edits = edits;
+    }
+  }
+  return best;
 }
 
 std::string Status::to_string() const {

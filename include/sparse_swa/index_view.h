@@ -23,8 +23,9 @@ struct MatrixView {
   MemorySpace space = MemorySpace::kHost;
 
   T* row(int64_t i) const { return data + i * stride; }
-  operator MatrixView<const T>() const  // NOLINT: adding const is always safe
-      requires(!std::is_const_v<T>) {
+  template <typename U,
+            typename = std::enable_if_t<std::is_same_v<U, const T> && !std::is_const_v<T>>>
+  operator MatrixView<U>() const {  // NOLINT: adding const is always safe
     return {data, rows, cols, stride, space};
   }
 };
@@ -46,8 +47,9 @@ struct BasicIndexView {
   MemorySpace space = MemorySpace::kHost;
 
   T* row(int64_t i) const { return data + i * row_stride; }
-  operator BasicIndexView<const T>() const  // NOLINT: adding const is always safe
-      requires(!std::is_const_v<T>) {
+  template <typename U,
+            typename = std::enable_if_t<std::is_same_v<U, const T> && !std::is_const_v<T>>>
+  operator BasicIndexView<U>() const {  // NOLINT: adding const is always safe
     return {data, lens, rows, width, row_stride, window, space};
   }
 };

@@ -52,7 +52,8 @@ constexpr int64_t cache_token_bytes(CacheDtype dtype) {
 }
 
 struct PageLayout {
-  int32_t block_size = 0;  // tokens per page
+  int32_t block_size = 0;      // tokens (compressed entries) per page
+  int32_t compress_ratio = 1;  // 1: the SWA cache; 2, 4 or 128: a compressed cache
   CacheDtype dtype = CacheDtype::kFp8DsMla;
   CacheConsumer consumer = CacheConsumer::kFlashMla;
   int32_t head_size = kHeadDim;
@@ -66,6 +67,16 @@ struct PageLayout {
 // Errors: a bad block size; a FlashMLA-style consumer with a dtype other than fp8_ds_mla.
 // Example: (64, fp8_ds_mla, FlashMLA) -> 584 bytes/token, 37376 content, 37440 page bytes.
 StatusOr<PageLayout> page_layout(int block_size, CacheDtype dtype, CacheConsumer consumer);
+
+// The cache spec of a compressed cache (the C2A, C4A and C128A layers'): pages of
+// attn_block_size / compress_ratio entries (the main-model block divided by the ratio), each entry
+// in the SWA cache's token layout, pages padded to the same alignment. With 256-token main-model
+// blocks: 64-entry pages for C4A, 2-entry pages for C128A.
+// Errors: compress_ratio outside {2, 4, 128}; attn_block_size not a positive multiple of 32 and
+// of the ratio; the dtype and consumer errors of page_layout().
+// Example: (256, 128, fp8_ds_mla, FlashMLA) -> block_size 2, 1168 content, 1728 page bytes.
+StatusOr<PageLayout> compressed_page_layout(int attn_block_size, int compress_ratio,
+                                            CacheDtype dtype, CacheConsumer consumer);
 
 // Byte offsets of one slot's data (and, for fp8_ds_mla, its scale bytes) from the cache base.
 // 64-bit throughout: a page past 2^31 bytes is an ordinary case.
@@ -99,8 +110,9 @@ struct BasicKvCacheView {
 
   int64_t num_slots() const { return num_blocks * block_size; }
   // Adding const is always safe (a template, so the const view declares no self-conversion).
-  template <typename V = Void, typename = std::enable_if_t<!std::is_const_v<V>>>
-  operator BasicKvCacheView<const void>() const {  // NOLINT: implicit by design
+  template <typename V,
+            typename = std::enable_if_t<std::is_same_v<V, const void> && !std::is_const_v<Void>>>
+  operator BasicKvCacheView<V>() const {  // NOLINT: implicit by design
     return {data, num_blocks, block_size, page_stride_bytes, dtype, space};
   }
 };

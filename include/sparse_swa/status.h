@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -51,6 +52,10 @@ std::string str_cat(const Parts&... parts) {
 std::string printable_excerpt(std::string_view text, size_t max_bytes = 64);
 // The same status with its message passed through printable_excerpt (limit 300 bytes).
 Status with_printable_message(const Status& status);
+// The entry of `names` closest to `name` in single-character edits, for "did you mean" hints
+// ("windw_size" -> "window_size"); empty when the closest needs more than max(2, size / 3)
+// edits (size: the longer of the two).
+std::string_view closest_name(std::string_view name, std::span<const std::string_view> names);
 
 template <typename... Parts>
 Status invalid_argument(const Parts&... parts) {

@@ -158,8 +158,19 @@ def to_ragged(indices: Array, lens: Array) -> tuple[Array, Array]:
 def page_layout(
     block_size: int, dtype: str = "fp8_ds_mla", consumer: str = "flashmla"
 ) -> dict[str, Any]:
-    """The SWA cache page layout: block_size, dtype, consumer, head_size, token_bytes,
-    content_bytes, alignment, page_bytes."""
+    """The SWA cache page layout (block_size a positive multiple of 32): block_size,
+    compress_ratio (1), dtype, consumer, head_size, token_bytes, content_bytes, alignment,
+    page_bytes."""
+
+def compressed_page_layout(
+    attn_block_size: int,
+    compress_ratio: int,
+    dtype: str = "fp8_ds_mla",
+    consumer: str = "flashmla",
+) -> dict[str, Any]:
+    """A compressed cache's page layout (C2A, C4A, C128A), as page_layout's: pages of
+    attn_block_size // compress_ratio entries (256 // 4 = 64 for C4A, 256 // 128 = 2 for C128A);
+    compress_ratio 2, 4 or 128, attn_block_size a positive multiple of 32 and of the ratio."""
 
 def encode_kv(
     cache: Array, block_size: int, rows: Array, slots: Array, dtype: str = "fp8_ds_mla"

@@ -98,13 +98,12 @@ CacheConsumer consumer_from(nb::handle value) {
       str_cat("consumer: expected \"flashmla\" or \"flashinfer\", got ", value_text(value)));
 }
 
-nb::dict page_layout_dict(nb::handle block_size, nb::handle dtype, nb::handle consumer) {
-  auto layout = page_layout(int32_from_python(block_size, "block_size"), dtype_from(dtype),
-                            consumer_from(consumer));
+nb::dict layout_dict(const StatusOr<PageLayout>& layout) {
   throw_if_error(layout.status());
   const PageLayout& l = layout.value();
   nb::dict d;
   d["block_size"] = l.block_size;
+  d["compress_ratio"] = l.compress_ratio;
   d["dtype"] = cache_dtype_name(l.dtype);
   d["consumer"] = cache_consumer_name(l.consumer);
   d["head_size"] = l.head_size;
@@ -113,6 +112,18 @@ nb::dict page_layout_dict(nb::handle block_size, nb::handle dtype, nb::handle co
   d["alignment"] = l.alignment;
   d["page_bytes"] = l.page_bytes;
   return d;
+}
+
+nb::dict page_layout_dict(nb::handle block_size, nb::handle dtype, nb::handle consumer) {
+  return layout_dict(page_layout(int32_from_python(block_size, "block_size"), dtype_from(dtype),
+                                 consumer_from(consumer)));
+}
+
+nb::dict compressed_page_layout_dict(nb::handle attn_block_size, nb::handle compress_ratio,
+                                     nb::handle dtype, nb::handle consumer) {
+  return layout_dict(compressed_page_layout(int32_from_python(attn_block_size, "attn_block_size"),
+                                            int32_from_python(compress_ratio, "compress_ratio"),
+                                            dtype_from(dtype), consumer_from(consumer)));
 }
 
 // A [num_blocks, >= content bytes] uint8 host cache: the row stride is the page stride, and the
@@ -239,9 +250,17 @@ void bind_attention(nb::module_& m) {
   m.def("page_layout", &page_layout_dict, nb::arg("block_size").none(),
         nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
         nb::arg("consumer").none() = nb::str("flashmla"),
-        "The SWA cache page layout as a dict (block_size, dtype, consumer, head_size,\n"
-        "token_bytes, content_bytes, alignment, page_bytes). dtype: \"fp8_ds_mla\", \"bf16\"\n"
-        "or \"fp8_e4m3\"; consumer: \"flashmla\" or \"flashinfer\".");
+        "The SWA cache page layout as a dict (block_size, compress_ratio = 1, dtype, consumer,\n"
+        "head_size, token_bytes, content_bytes, alignment, page_bytes). block_size: a positive\n"
+        "multiple of 32. dtype: \"fp8_ds_mla\", \"bf16\" or \"fp8_e4m3\"; consumer: \"flashmla\"\n"
+        "or \"flashinfer\".");
+  m.def("compressed_page_layout", &compressed_page_layout_dict, nb::arg("attn_block_size").none(),
+        nb::arg("compress_ratio").none(), nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
+        nb::arg("consumer").none() = nb::str("flashmla"),
+        "The page layout of a compressed cache (C2A, C4A, C128A) as page_layout's dict:\n"
+        "pages of attn_block_size // compress_ratio entries (attn_block_size the main-model\n"
+        "block, a positive multiple of 32 and of the ratio; compress_ratio 2, 4 or 128), e.g.\n"
+        "256 // 4 = 64 for C4A and 256 // 128 = 2 for C128A.");
   m.def("encode_kv", &encode_kv, nb::arg("cache").none(), nb::arg("block_size").none(),
         nb::arg("rows").none(), nb::arg("slots").none(),
         nb::arg("dtype").none() = nb::str("fp8_ds_mla"),

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "python_values.h"
 #include "status_exceptions.h"
@@ -13,10 +14,22 @@ namespace sparse_swa::python {
 
 namespace {
 
-constexpr const char* kFieldNames =
-    "window_size, block_size, max_num_batched_tokens, max_num_seqs, max_model_len, "
-    "num_speculative_tokens, speculative_method, parallel_drafting, max_image_tokens, "
-    "compress_ratios";
+constexpr std::string_view kFields[] = {
+    "window_size",        "block_size",        "max_num_batched_tokens",
+    "max_num_seqs",       "max_model_len",     "num_speculative_tokens",
+    "speculative_method", "parallel_drafting", "max_image_tokens",
+    "compress_ratios"};
+
+// `config: unknown field "windw_size" (did you mean "window_size"? expected one of ...)`, the
+// batch-file reader's message for the same mistake.
+[[noreturn]] void raise_unknown_field(const std::string& name) {
+  std::string names;
+  for (std::string_view f : kFields) names += str_cat(names.empty() ? "" : ", ", f);
+  const std::string_view near = closest_name(name, kFields);
+  const std::string hint = near.empty() ? "" : str_cat("did you mean \"", near, "\"? ");
+  raise_value_error(
+      str_cat("config: unknown field \"", name, "\" (", hint, "expected one of ", names, ")"));
+}
 
 SpeculativeMethod to_method(nb::handle value) {
   auto method = parse_speculative_method(string_from_python(value, "config.speculative_method"));
@@ -58,8 +71,7 @@ void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
   } else if (name == "compress_ratios") {
     c.compress_ratios = to_int32_list(value, field);
   } else {
-    raise_value_error(
-        str_cat("config: unknown field \"", name, "\" (expected one of ", kFieldNames, ")"));
+    raise_unknown_field(name);
   }
 }
 

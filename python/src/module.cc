@@ -13,6 +13,7 @@
 #include "consumers_binding.h"
 #include "metadata_binding.h"
 #include "sparse_swa/metadata_builder.h"
+#include "sparse_swa/version.h"
 #include "status_exceptions.h"
 
 namespace nb = nanobind;
@@ -59,7 +60,7 @@ NB_MODULE(_sparse_swa, m) {
   m.def("cuda_available", &sparse_swa::cuda_backend_available,
         "True when this build has the CUDA backend and a CUDA device is usable.");
   m.attr("has_cuda_backend") = bool(SPARSE_SWA_PYTHON_HAS_CUDA);
-  m.attr("__version__") = SPARSE_SWA_VERSION;
+  m.attr("__version__") = SPARSE_SWA_VERSION_STRING;
   m.def("_raise_status", &raise_status_for_tests, nb::arg("code"), nb::arg("message"));
   m.def("_throw_cpp_exception", &throw_cpp_exception_for_tests, nb::arg("kind"));
 }

@@ -33,7 +33,7 @@ fi
 if has tests; then
   step gtest "$B/sparse_swa_tests" --gtest_brief=1
   grep -E "^\[  FAILED|largest|compared" "$LOGS/gtest.log" | sort -u
-  TAIL=5 step cli_contract env SPARSE_SWA_CLI="$B/sparse-swa" SPARSE_SWA_TEST_DATA=tests/data \
+  TAIL=5 step cli_contract env SPARSE_SWA_CLI="$B/sparse-swa" SPARSE_SWA_EXAMPLES=examples/batches \
     bash tests/cli/cli_contract_test.sh
 fi
 if has refdiff; then
@@ -42,7 +42,7 @@ if has refdiff; then
     --out "$d"
   files=("$d"/*.json)
   examples=()
-  for f in tests/data/*.json; do [[ $f == *.expected.json ]] || examples+=("$f"); done
+  for f in examples/batches/*.json; do [[ $f == *.expected.json ]] || examples+=("$f"); done
   # The reference's own output on the shipped examples, then on the random batches.
   python3 .shared/anchors/vllm_swa_builder.py run "${examples[@]}" >"$LOGS/ref_examples.jsonl"
   "$B/sparse-swa" build --backend cuda "${examples[@]/#/--input=}" >"$LOGS/ours_examples.jsonl" \

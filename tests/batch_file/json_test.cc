@@ -1,9 +1,9 @@
 // The JSON batch format and the JSON metadata writer (tools/json/batch_json.h).
 //
-// tests/data/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the reference
-// builder's own output; padded_decode and vision_prefill are hand-computed (examples 2 and 4 of
-// docs/semantics.md#worked-examples). Every case must match field by field and byte for byte (the
-// reference's json.dumps form).
+// examples/batches/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the
+// reference builder's own output; padded_decode and vision_prefill are hand-computed (examples 2
+// and 4 of docs/semantics.md#worked-examples). Every case must match field by field and byte for
+// byte (the reference's json.dumps form).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,6 +17,7 @@
 
 #include "json/batch_json.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/status_matchers.h"
 #include "testing/batch_run.h"
 #include "testing/presets.h"
 #include "testing/scenarios.h"
@@ -32,9 +33,9 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-fs::path data_dir() { return fs::path(SPARSE_SWA_TEST_DATA); }
+fs::path data_dir() { return fs::path(SPARSE_SWA_EXAMPLES); }
 
-// Every <case>.json in tests/data with a <case>.expected.json beside it.
+// Every <case>.json in examples/batches with a <case>.expected.json beside it.
 std::vector<std::string> case_names() {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(data_dir())) {
@@ -405,15 +406,46 @@ TEST(BatchJsonParse, OptionalConfigFieldsDefault) {
   EXPECT_EQ(b.block_table.cols, 0);
 }
 
-TEST(BatchJsonParse, UnknownKeysAreIgnored) {
+TEST(BatchJsonParse, UnknownTopLevelKeysAreIgnored) {
   Json doc = base_doc();
   doc["comment"] = "made by hand";
-  doc["config"]["vision_n_layers"] = 3;
-  doc["batch"]["num_actual_tokens"] = 7.5;
-  doc["chunk_plan_requests"][0]["note"] = Json::array();
+  doc["expected"] = Json::object();
   auto file = parse_batch_file(doc.dump());
   ASSERT_TRUE(file.ok()) << file.status().message();
   EXPECT_EQ(file->seq_lens, (std::vector<int32_t>{11, 6, 10}));
+}
+
+// A misspelt optional field would silently take its default: config, batch and chunk plan
+// requests accept their own keys only, and the message names the nearest one.
+TEST(BatchJsonParse, UnknownFieldsAreErrorsNamingTheNearestKey) {
+  const struct {
+    const char* object;
+    const char* key;
+    const char* message;
+  } cases[] = {
+      {"config", "max_image_token",
+       "config: unknown field \"max_image_token\" (did you mean \"max_image_tokens\"? expected "
+       "one of window_size, "},
+      {"config", "vision_n_layers", "config: unknown field \"vision_n_layers\" (expected one of "},
+      {"batch", "slot_maping",
+       "batch: unknown field \"slot_maping\" (did you mean \"slot_mapping\"? expected one of "
+       "query_start_loc, seq_lens, block_table, slot_mapping, causal, image_spans)"},
+      {"chunk", "chunksize",
+       "chunk_plan_requests[0]: unknown field \"chunksize\" (did you mean \"chunk_size\"?"},
+  };
+  for (const auto& c : cases) {
+    Json doc = base_doc();
+    Json& object = std::string(c.object) == "chunk" ? doc["chunk_plan_requests"][0] : doc[c.object];
+    object[c.key] = 1;
+    auto file = parse_batch_file(doc.dump());
+    EXPECT_TRUE(testing::IsInvalidArgument(file.status(), {c.message})) << c.key;
+  }
+  // A long key is shortened in the message, which keeps the list of known keys whole.
+  Json doc = base_doc();
+  doc["config"][std::string(500, 'k')] = 1;
+  auto file = parse_batch_file(doc.dump());
+  EXPECT_TRUE(testing::IsInvalidArgument(file.status(),
+                                         {"(truncated) (expected one of", "compress_ratios)"}));
 }
 
 TEST(BatchJsonParse, ImageSpansSortedByRequestThenFileOrder) {

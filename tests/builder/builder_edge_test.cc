@@ -150,7 +150,10 @@ TEST_P(EdgeBlockSizes, W128RowsAcrossPageBoundaries) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, EdgeBlockSizes, ::testing::Values(32, 64, 128, 256));
+INSTANTIATE_TEST_SUITE_P(Sizes, EdgeBlockSizes, ::testing::Values(32, 64, 128, 256),
+                         [](const ::testing::TestParamInfo<int32_t>& info) {
+                           return "B" + std::to_string(info.param);
+                         });
 
 TEST(EdgeBlocks, LargePageIdsUse64BitSlotMath) {
   // page * B + offset stays below 2^31 only because the check uses 64-bit arithmetic.

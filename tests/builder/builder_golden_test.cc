@@ -403,7 +403,13 @@ INSTANTIATE_TEST_SUITE_P(
         // seq [130], q [7], W 128, B 16: prefix 123 < W => positions 0..129, lens 130.
         DsparkCase{{130}, {7}, 128, 16, 7, 192},
         // seq [64, 33, 9], q [3, 3, 3], W 16, B 8: lens 19, 19, 9.
-        DsparkCase{{64, 33, 9}, {3, 3, 3}, 16, 8, 3, 64}));
+        DsparkCase{{64, 33, 9}, {3, 3, 3}, 16, 8, 3, 64}),
+    [](const ::testing::TestParamInfo<DsparkCase>& info) {  // e.g. seq_20_10_W8_B4
+      std::string name = "seq";
+      for (int32_t s : info.param.seq_lens) name += "_" + std::to_string(s);
+      return name + "_W" + std::to_string(info.param.window) + "_B" +
+             std::to_string(info.param.block);
+    });
 
 }  // namespace
 }  // namespace sparse_swa

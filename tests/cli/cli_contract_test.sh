@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The sparse-swa CLI end to end: the JSON contract on the shipped cases, exit codes (0 ok,
 # 1 invalid input with "sparse-swa: error: ..." on stderr, 2 usage), demo and table output.
-# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_TEST_DATA (tests/data). Run by ctest as
+# Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_EXAMPLES (the example batch files and their
+# expected outputs; default: examples/batches), SPARSE_SWA_VERSION (what --version prints;
+# default: project(VERSION) of CMakeLists.txt). Run by ctest as
 # `cli_contract`; prints "N passed, M failed" last and exits non-zero on any failure.
 set -u
 
 CLI=${SPARSE_SWA_CLI:?set SPARSE_SWA_CLI to the sparse-swa binary}
-DATA=${SPARSE_SWA_TEST_DATA:?set SPARSE_SWA_TEST_DATA to tests/data}
+DATA=${SPARSE_SWA_EXAMPLES:-$(dirname "$0")/../../examples/batches}
+VERSION=${SPARSE_SWA_VERSION:-$(sed -n 's/^project(sparse_swa VERSION \([0-9.]*\).*/\1/p' \
+  "$(dirname "$0")/../../CMakeLists.txt")}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -92,6 +96,18 @@ for expected in "$DATA"/*.expected.json; do
 done
 if [[ $num_cases -ge 2 ]]; then pass "found $num_cases cases"; else fail "found $num_cases cases, expected >= 2"; fi
 
+# The file given positionally, as check-config takes its file; mixed with --input, one line each
+# in command-line order.
+expect_json "build FILE (positional)" "$DATA/mixed_mtp.expected.json" build "$DATA/mixed_mtp.json"
+run build "$DATA/mixed_mtp.json" --input "$DATA/padded_decode.json"
+if [[ $rc -eq 0 && $(wc -l <"$TMP/out") -eq 2 ]] &&
+  head -1 "$TMP/out" >"$TMP/first" && same_json "$TMP/first" "$DATA/mixed_mtp.expected.json" &&
+  tail -1 "$TMP/out" >"$TMP/second" && same_json "$TMP/second" "$DATA/padded_decode.expected.json"; then
+  pass "build FILE --input FILE (two lines, in order)"
+else
+  fail "build FILE --input FILE (two lines, in order)" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
 # Stdin as the input file.
 if "$CLI" build --input - <"$DATA/mixed_mtp.json" >"$TMP/out" 2>"$TMP/err" &&
   msg=$(same_json "$TMP/out" "$DATA/mixed_mtp.expected.json" 2>&1); then
@@ -172,8 +188,11 @@ expect_error "table format, invalid input" 1 "batch.seq_lens[1]" \
 
 # --- Usage errors: exit 2 ------------------------------------------------------------------
 expect_error "no subcommand" 2 "subcommand is required"
-expect_error "unknown subcommand" 2 "usage error" frobnicate
-expect_error "build without --input" 2 "--input is required" build
+expect_error "unknown subcommand" 2 \
+  "sparse-swa: usage error: unknown command 'frobnicate' (expected one of build, demo, bench, attend, check-config)" \
+  frobnicate
+expect_error "build without a file" 2 \
+  "sparse-swa: usage error: a batch file (sparse-swa build FILE, or --input FILE) is required" build
 expect_error "unknown --backend" 2 "--backend: tpu not in {cpu,cuda}" \
   build --input "$DATA/mixed_mtp.json" --backend tpu
 expect_error "unknown --format" 2 "--format: yaml not in {json,table}" \
@@ -181,7 +200,15 @@ expect_error "unknown --format" 2 "--format: yaml not in {json,table}" \
 expect_error "unknown option" 2 "usage error" build --input "$DATA/mixed_mtp.json" --frobnicate
 expect_error "demo with an argument" 2 "usage error" demo extra
 
-# --- Help, table, demo -----------------------------------------------------------------------
+# --- Version, help, table, demo ------------------------------------------------------------
+run --version
+if [[ $rc -eq 0 && ! -s "$TMP/err" && -n "$VERSION" && "$(cat "$TMP/out")" == "sparse-swa $VERSION" ]]; then
+  pass "--version"
+else
+  fail "--version" "exit $rc, expected 'sparse-swa $VERSION'" "$(head -c 200 "$TMP/out")" \
+    "$(head -c 200 "$TMP/err")"
+fi
+
 run --help
 if [[ $rc -eq 0 ]] && grep -q "build" "$TMP/out" && grep -q "demo" "$TMP/out"; then
   pass "--help"
@@ -211,6 +238,54 @@ if [[ $rc -eq 0 && ! -s "$TMP/err" ]] && grep -q "=== Step 3 of 3" "$TMP/out" &&
   pass "demo"
 else
   fail "demo" "exit $rc" "$(head -c 300 "$TMP/err")"
+fi
+
+# --- bench and attend ------------------------------------------------------------------------
+# bench: the CPU backend by default; one right-aligned table, no always-zero columns.
+run bench --iters 1 --json "$TMP/bench.json"
+if [[ $rc -eq 0 && ! -s "$TMP/err" ]] && grep -q "backend cpu" "$TMP/out" &&
+  python3 - "$TMP/out" "$TMP/bench.json" <<'EOF3'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+table = lines[lines.index(next(l for l in lines if "build_us" in l)):]
+assert table[0].split() == ["scenario", "tokens", "build_us", "update_us", "output"], table[0]
+assert len({len(l) for l in table}) == 1, "columns not aligned"
+assert all(l.split()[-1] in ("B", "KiB", "MiB") for l in table[1:]), "byte counts not readable"
+rows = json.load(open(sys.argv[2]))
+assert len(rows) == len(table) - 1 and all(r["backend"] == "cpu" for r in rows)
+assert all(r["build_host_us_median"] == r["build_wall_us_median"] for r in rows)
+assert all(isinstance(r["output_bytes"], int) and "device_us_per_build" not in r for r in rows)
+EOF3
+then
+  pass "bench (cpu by default, aligned table, JSON)"
+else
+  fail "bench (cpu by default, aligned table, JSON)" "exit $rc" "$(head -c 600 "$TMP/out")" \
+    "$(head -c 300 "$TMP/err")"
+fi
+
+# attend: out-of-range values are invalid input (exit 1) named by their flag.
+expect_error "attend --window 0" 1 "sparse-swa: error: --window: expected 1..65536, got 0" \
+  attend --window 0
+expect_error "attend --block-size 48" 1 \
+  "sparse-swa: error: --block-size: expected a multiple of 32 in 32..4096, got 48" \
+  attend --block-size 48
+expect_error "attend --decode-requests 5000" 1 \
+  "sparse-swa: error: --decode-requests: expected 0..4096, got 5000" attend --decode-requests 5000
+expect_error "attend --prefill-len 1" 1 "sparse-swa: error: --prefill-len: expected 2..4096, got 1" \
+  attend --prefill-len 1
+expect_error "attend --heads 129" 1 "sparse-swa: error: --heads: expected 1..128, got 129" \
+  attend --heads 129
+expect_error "attend --cache fp16" 1 \
+  "sparse-swa: error: --cache: expected fp8_ds_mla, bf16 or fp8_e4m3, got 'fp16'" attend --cache fp16
+expect_error "attend with no requests" 1 "--decode-requests, --prefill-requests: expected at least one" \
+  attend --decode-requests 0 --prefill-requests 0
+expect_error "attend --heads abc (not a number: usage)" 2 "usage error" attend --heads abc
+# The cache holds the pages the step reads, not --max-context's worth.
+run attend --max-context 1048576 --decode-requests 2 --prefill-requests 1 --heads 4
+if [[ $rc -eq 0 ]] && grep -qE "swa cache: [0-9]{1,2} pages of 64 tokens" "$TMP/out"; then
+  pass "attend --max-context 1048576 (pages of the windows only)"
+else
+  fail "attend --max-context 1048576" "exit $rc" "$(head -c 400 "$TMP/out")" "$(head -c 300 "$TMP/err")"
 fi
 
 # --- build --consumer NAME: one more key, "consumer", after the reference's keys ---------------

@@ -216,7 +216,11 @@ INSTANTIATE_TEST_SUITE_P(
                       WidthCase{59, 5, false, 64, 128},    // W + k = 64, W + theta = 65
                       WidthCase{60, 4, false, 64, 128},    // W + k = 64, theta 5
                       WidthCase{100, 20, true, 128, 192},  // theta 41: 141 -> 192
-                      WidthCase{1, 0, false, 64, 64}));    // k = 0: theta 1
+                      WidthCase{1, 0, false, 64, 64}),     // k = 0: theta 1
+    [](const ::testing::TestParamInfo<WidthCase>& info) {  // e.g. W123_k5_parallel
+      return "W" + std::to_string(info.param.window) + "_k" + std::to_string(info.param.k) +
+             (info.param.parallel ? "_parallel" : "");
+    });
 
 TEST(ConfigDerived, LayerTypes) {
   BuilderConfig c = valid_config();

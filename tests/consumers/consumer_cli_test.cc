@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,7 +35,11 @@ Row padded(Row values, size_t width) {
 class ConsumerJson : public ::testing::Test {
  protected:
   void Load(const std::string& name) {
-    auto file = read_batch_file(std::string(SPARSE_SWA_TEST_DATA) + "/" + name);
+    // An example batch file (examples/batches), else a test input (tests/data).
+    const std::string example = std::string(SPARSE_SWA_EXAMPLES) + "/" + name;
+    auto file = read_batch_file(std::filesystem::exists(example)
+                                    ? example
+                                    : std::string(SPARSE_SWA_TEST_DATA) + "/" + name);
     SPARSE_SWA_ASSERT_OK(file.status());
     file_ = std::move(file).value();
     auto builder = MetadataBuilder::create(file_.config, Backend::kCpu);

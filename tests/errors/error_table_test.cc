@@ -229,6 +229,16 @@ const std::map<std::string, ApiCase>& api_cases() {
        [] { return page_layout(48, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla).status(); }},
       {"api_page_layout_consumer",
        [] { return page_layout(64, CacheDtype::kBf16, CacheConsumer::kFlashMla).status(); }},
+      {"api_compressed_page_layout_ratio",
+       [] {
+         return compressed_page_layout(256, 1, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla)
+             .status();
+       }},
+      {"api_compressed_page_layout_block",
+       [] {
+         return compressed_page_layout(64, 128, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla)
+             .status();
+       }},
       {"api_cache_page_stride",
        [] {
          HostPages pages(64, 2, CacheDtype::kFp8DsMla);

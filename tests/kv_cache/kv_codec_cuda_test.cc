@@ -146,7 +146,13 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndPages, KvCodecCuda,
                                            CodecCase{CacheDtype::kFp8DsMla, 32, 320},
                                            CodecCase{CacheDtype::kBf16, 64, 0},
                                            CodecCase{CacheDtype::kBf16, 2, 32},
-                                           CodecCase{CacheDtype::kFp8E4m3, 256, 512}));
+                                           CodecCase{CacheDtype::kFp8E4m3, 256, 512}),
+                         [](const ::testing::TestParamInfo<CodecCase>& info) {
+                           const CodecCase& c = info.param;  // e.g. fp8_ds_mla_B64_pad64
+                           return std::string(cache_dtype_name(c.dtype)) + "_B" +
+                                  std::to_string(c.block_size) + "_pad" +
+                                  std::to_string(c.extra_stride);
+                         });
 
 TEST(KvCodecCudaErrors, OutOfRangeSlotsAreSkippedAndCounted) {
   SKIP_WITHOUT_GPU();

@@ -114,6 +114,73 @@ TEST(PageLayout, RejectsBadBlockSizesAndCombinations) {
       {"dtype: expected fp8_ds_mla, bf16 or fp8_e4m3, got enum value 7"}));
 }
 
+// The compressed caches: attn_block_size / ratio entries a page, the SWA cache's token layout.
+TEST(PageLayout, CompressedCachePagesAreTheMainBlockOverTheRatio) {
+  const struct {
+    int ratio;
+    int32_t block_size;
+    int64_t content, page;
+  } cases[] = {{2, 128, 74752, 74880}, {4, 64, 37376, 37440}, {128, 2, 1168, 1728}};
+  for (const auto& c : cases) {
+    auto layout =
+        compressed_page_layout(256, c.ratio, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla);
+    ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+    EXPECT_EQ(layout->compress_ratio, c.ratio);
+    EXPECT_EQ(layout->block_size, c.block_size) << "ratio " << c.ratio;
+    EXPECT_EQ(layout->token_bytes, 584);
+    EXPECT_EQ(layout->content_bytes, c.content) << "ratio " << c.ratio;
+    EXPECT_EQ(layout->page_bytes, c.page) << "ratio " << c.ratio;
+  }
+  auto bf16 = compressed_page_layout(256, 128, CacheDtype::kBf16, CacheConsumer::kFlashInfer);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(bf16->block_size, 2);
+  EXPECT_EQ(bf16->page_bytes, 2048);  // 2 x 1024 bytes, already a multiple of 512
+  EXPECT_EQ(page_layout(64, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla)->compress_ratio, 1);
+
+  // A C128A cache of these pages (3 pages of 2 entries) is a valid cache view, and the codec
+  // reads back from it what it reads back from 64-token SWA pages.
+  const PageLayout c128a =
+      *compressed_page_layout(256, 128, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla);
+  const PageLayout swa = *page_layout(64, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla);
+  std::vector<uint8_t> small(3 * c128a.page_bytes), large(swa.page_bytes);
+  const KvCacheView small_cache{small.data(),     3,           c128a.block_size,
+                                c128a.page_bytes, c128a.dtype, MemorySpace::kHost};
+  const KvCacheView large_cache{large.data(),   1,         swa.block_size,
+                                swa.page_bytes, swa.dtype, MemorySpace::kHost};
+  ASSERT_TRUE(check_kv_cache_view(small_cache, "extra_cache").ok());
+  const std::vector<float> rows = random_rows(6, 11);
+  const std::vector<int64_t> slots = {5, 0, 3, 1, 4, 2};
+  std::vector<float> from_small(6 * kHeadDim), from_large(6 * kHeadDim);
+  for (const auto& [cache, out] :
+       {std::pair{small_cache, from_small.data()}, std::pair{large_cache, from_large.data()}}) {
+    ASSERT_TRUE(encode_kv_rows({rows.data(), 6, kHeadDim, kHeadDim}, slots, cache).ok());
+    ASSERT_TRUE(decode_kv_rows(cache, slots, {out, 6, kHeadDim, kHeadDim}).ok());
+  }
+  EXPECT_EQ(from_small, from_large);
+  EXPECT_NE(from_small, std::vector<float>(6 * kHeadDim, 0.0f));
+}
+
+TEST(PageLayout, CompressedCacheRejectsBadRatiosAndMainBlocks) {
+  for (int ratio : {0, 1, 3, 8, 64}) {
+    EXPECT_TRUE(IsInvalidArgument(
+        compressed_page_layout(256, ratio, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla)
+            .status(),
+        {"compress_ratio: expected 2, 4 or 128 (a compressed cache; ratio 1 is the SWA cache, "
+         "page_layout), got " +
+         std::to_string(ratio)}));
+  }
+  for (const auto& [attn, ratio] : {std::pair{64, 128}, {0, 4}, {-256, 4}, {48, 4}, {100, 2}}) {
+    EXPECT_TRUE(IsInvalidArgument(
+        compressed_page_layout(attn, ratio, CacheDtype::kFp8DsMla, CacheConsumer::kFlashMla)
+            .status(),
+        {"attn_block_size: expected a positive multiple of 32 and of compress_ratio " +
+         std::to_string(ratio) + ", got " + std::to_string(attn)}));
+  }
+  EXPECT_TRUE(IsInvalidArgument(
+      compressed_page_layout(256, 4, CacheDtype::kBf16, CacheConsumer::kFlashMla).status(),
+      {"dtype: the flashmla consumer reads only fp8_ds_mla pages, got bf16"}));
+}
+
 TEST(PageLayout, ParsesDtypeNames) {
   for (CacheDtype d : {CacheDtype::kFp8DsMla, CacheDtype::kBf16, CacheDtype::kFp8E4m3}) {
     auto parsed = parse_cache_dtype(cache_dtype_name(d));

@@ -8,11 +8,11 @@ import pytest
 
 import sparse_swa
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "batches"
 
 
 def load_case(name):
-    return json.loads((DATA / f"{name}.json").read_text())
+    return json.loads((EXAMPLES / f"{name}.json").read_text())
 
 
 def batch_arrays(batch):

@@ -28,11 +28,48 @@ def new_cache(num_blocks, dtype="fp8_ds_mla", consumer="flashmla"):
 
 def test_page_layout_golden():
     assert sparse_swa.page_layout(64, "fp8_ds_mla", "flashmla") == {
-        "block_size": 64, "dtype": "fp8_ds_mla", "consumer": "flashmla", "head_size": 512,
-        "token_bytes": 584, "content_bytes": 37376, "alignment": 576, "page_bytes": 37440,
+        "block_size": 64, "compress_ratio": 1, "dtype": "fp8_ds_mla", "consumer": "flashmla",
+        "head_size": 512, "token_bytes": 584, "content_bytes": 37376, "alignment": 576,
+        "page_bytes": 37440,
     }
     bf16 = sparse_swa.page_layout(64, "bf16", "flashinfer")
     assert bf16["token_bytes"] == 1024 and bf16["page_bytes"] == 65536
+
+
+def test_compressed_page_layout_golden():
+    # The main-model block (256) over the ratio: 64-entry C4A pages, 2-entry C128A pages.
+    c4a = sparse_swa.compressed_page_layout(256, 4)
+    assert (c4a["block_size"], c4a["compress_ratio"], c4a["page_bytes"]) == (64, 4, 37440)
+    assert sparse_swa.compressed_page_layout(256, 128) == {
+        "block_size": 2, "compress_ratio": 128, "dtype": "fp8_ds_mla", "consumer": "flashmla",
+        "head_size": 512, "token_bytes": 584, "content_bytes": 1168, "alignment": 576,
+        "page_bytes": 1728,
+    }
+    bf16 = sparse_swa.compressed_page_layout(256, 128, "bf16", "flashinfer")
+    assert (bf16["block_size"], bf16["page_bytes"]) == (2, 2048)
+
+
+def test_two_entry_pages_round_trip_like_swa_pages():
+    # A C128A cache (2-entry pages) stores and returns what a 64-token SWA cache does.
+    c128a = sparse_swa.compressed_page_layout(256, 128)
+    small = np.zeros((8, c128a["page_bytes"]), dtype=np.uint8)
+    large = new_cache(1)
+    rows = np.random.default_rng(3).standard_normal((16, 512)).astype(np.float32)
+    slots = np.random.default_rng(4).permutation(16).astype(np.int64)
+    sparse_swa.encode_kv(small, 2, rows, slots)
+    sparse_swa.encode_kv(large, BLOCK, rows, slots)
+    np.testing.assert_array_equal(sparse_swa.decode_kv(small, 2, slots),
+                                  sparse_swa.decode_kv(large, BLOCK, slots))
+
+
+def test_compressed_page_layout_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"compress_ratio: expected 2, 4 or 128 .*got 1"):
+        sparse_swa.compressed_page_layout(256, 1)
+    with pytest.raises(ValueError, match=r"attn_block_size: expected a positive multiple of 32 "
+                                         r"and of compress_ratio 128, got 64"):
+        sparse_swa.compressed_page_layout(64, 128)
+    with pytest.raises(ValueError, match="attn_block_size"):
+        sparse_swa.compressed_page_layout(2.5, 4)
 
 
 def test_codec_round_trip_within_fp8_bound():

@@ -35,6 +35,10 @@ def with_config(**changes):
         ({"compress_ratios": [1, "4"]}, "config.compress_ratios[1]: expected an int, got str"),
         ({"window_size": 2**40}, "config.window_size: expected an int in [-2147483648, "),
         ({"windowsize": 8}, 'config: unknown field "windowsize"'),
+        ({"windw_size": 8},
+         'config: unknown field "windw_size" (did you mean "window_size"? expected one of '
+         "window_size, block_size,"),
+        ({"temperature": 0.7}, 'config: unknown field "temperature" (expected one of window_size'),
     ],
 )
 def test_config_errors(changes, message):

@@ -1,4 +1,4 @@
-"""The golden examples (tests/data/*.json, produced by vLLM's builder or by hand, see
+"""The golden examples (examples/batches/*.json, produced by vLLM's builder or by hand, see
 docs/semantics.md#worked-examples) through Python: every field of each *.expected.json is
 compared."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import sparse_swa
-from conftest import DATA, build_case
+from conftest import EXAMPLES, build_case
 
-CASES = sorted(p.name[: -len(".expected.json")] for p in DATA.glob("*.expected.json"))
+CASES = sorted(p.name[: -len(".expected.json")] for p in EXAMPLES.glob("*.expected.json"))
 
 
 def rows(a):
@@ -30,8 +30,8 @@ def test_cases_found():
 
 @pytest.mark.parametrize("name", CASES)
 def test_golden_case(name):
-    case = json.loads((DATA / f"{name}.json").read_text())
-    expected = json.loads((DATA / f"{name}.expected.json").read_text())
+    case = json.loads((EXAMPLES / f"{name}.json").read_text())
+    expected = json.loads((EXAMPLES / f"{name}.expected.json").read_text())
     builder = sparse_swa.MetadataBuilder(case["config"])
     md = build_case(builder, case)
     td = md.num_decode_tokens

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import sparse_swa
-from conftest import DATA, batch_arrays, image_spans, load_case
+from conftest import EXAMPLES, batch_arrays, image_spans, load_case
 from test_random_batches import random_batch, random_config
 
 torch = pytest.importorskip("torch")
@@ -95,7 +95,7 @@ def test_torch_cpu_tensors_use_the_cpu_backend(mixed_case):
 @cuda
 @backend
 @pytest.mark.parametrize("name", sorted(p.name[:-len(".expected.json")]
-                                        for p in DATA.glob("*.expected.json")))
+                                        for p in EXAMPLES.glob("*.expected.json")))
 def test_golden_cases_on_cuda_equal_cpu(name):
     case = load_case(name)
     arrays = batch_arrays(case["batch"])
@@ -107,7 +107,7 @@ def test_golden_cases_on_cuda_equal_cpu(name):
     torch.cuda.synchronize()
     assert gpu.backend == "cuda"
     assert_same(gpu, cpu)
-    expected = json.loads((DATA / f"{name}.expected.json").read_text())
+    expected = json.loads((EXAMPLES / f"{name}.expected.json").read_text())
     assert gpu.decode_swa_lens.tolist() == expected["decode_swa_lens"]
 
 

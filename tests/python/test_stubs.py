@@ -2,6 +2,7 @@
 and every public name of the module and its classes is in the stub."""
 
 import ast
+import re
 from pathlib import Path
 
 import sparse_swa
@@ -64,3 +65,11 @@ def test_version_matches_installed_metadata():
     if installed is not None and Path(sparse_swa.__file__).parent.name == "sparse_swa":
         assert installed == sparse_swa.__version__
     assert sparse_swa.__version__.count(".") == 2
+
+
+def test_version_is_the_cmake_project_version():
+    # One version: project(VERSION) in CMakeLists.txt -> sparse_swa/version.h -> __version__.
+    cmake = Path(__file__).resolve().parents[2] / "CMakeLists.txt"
+    match = re.search(r"^project\(sparse_swa VERSION ([0-9.]+)", cmake.read_text(), re.M)
+    assert match is not None
+    assert sparse_swa.__version__ == match.group(1)

@@ -88,9 +88,13 @@ struct Step {
     b.slot_mapping = slot_mapping;
     return b;
   }
-  int32_t num_pages() const { return static_cast<int32_t>(block_table.size()); }
+  int32_t num_pages() const { return num_read_pages; }
+  int32_t num_read_pages = 1;  // distinct pages of the blocks the step reads (>= 1: page 0)
 };
 
+// Only the blocks the step reads get pages of their own: those holding a query token or one of
+// the W - 1 positions before it. Earlier blocks (no row reaches them) all name page 0, so the
+// cache grows with the window, not with --max-context.
 Step make_step(const AttendOptions& o, std::mt19937* rng) {
   Step s;
   std::uniform_int_distribution<int32_t> context(0, o.max_context);
@@ -102,9 +106,21 @@ Step make_step(const AttendOptions& o, std::mt19937* rng) {
   }
   s.max_blocks = static_cast<int32_t>(
       round_up(o.max_context + std::max(1, o.prefill_len), o.block_size) / o.block_size);
-  s.block_table.resize(static_cast<size_t>(s.max_blocks) * requests);
-  std::iota(s.block_table.begin(), s.block_table.end(), 0);
-  std::shuffle(s.block_table.begin(), s.block_table.end(), *rng);
+  s.block_table.assign(static_cast<size_t>(s.max_blocks) * requests, 0);
+  std::vector<int32_t*> read;  // the entries of the blocks the step reads
+  for (int32_t r = 0; r < requests; ++r) {
+    const int32_t ql = s.query_start_loc[r + 1] - s.query_start_loc[r];
+    const int32_t first = std::max(0, s.seq_lens[r] - ql - (o.window - 1)) / o.block_size;
+    const int32_t last = (s.seq_lens[r] - 1) / o.block_size;
+    for (int32_t b = first; b <= last; ++b) {
+      read.push_back(&s.block_table[static_cast<size_t>(r) * s.max_blocks + b]);
+    }
+  }
+  std::vector<int32_t> pages(read.size());
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), *rng);
+  for (size_t i = 0; i < read.size(); ++i) *read[i] = pages[i];
+  s.num_read_pages = std::max<int32_t>(1, static_cast<int32_t>(pages.size()));
   for (int32_t r = 0; r < requests; ++r) {
     const int32_t ql = s.query_start_loc[r + 1] - s.query_start_loc[r];
     for (int32_t p = s.seq_lens[r] - ql; p < s.seq_lens[r]; ++p) {
@@ -174,10 +190,39 @@ Status attend_rows(const AttendOptions& o, const SparseAttentionParams& base, in
   return Status::Ok();
 }
 
-Status run_attend(const AttendOptions& o) {
-  if (o.heads < 1 || o.heads > kMaxAttentionHeads) {
-    return invalid_argument("--heads: expected 1..", kMaxAttentionHeads, ", got ", o.heads);
+Status check_range(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return invalid_argument(flag, ": expected ", lo, "..", hi, ", got ", value);
   }
+  return Status::Ok();
+}
+
+// Every out-of-range value is invalid input (exit 1) named by its flag.
+Status check_options(const AttendOptions& o) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--heads", o.heads, 1, kMaxAttentionHeads));
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--decode-requests", o.decode_requests, 0, 4096));
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--prefill-requests", o.prefill_requests, 0, 4096));
+  if (o.decode_requests + o.prefill_requests == 0) {
+    return invalid_argument(
+        "--decode-requests, --prefill-requests: expected at least one request, got 0 and 0");
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--prefill-len", o.prefill_len, 2, 4096));
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--max-context", o.max_context, 0, 1 << 20));
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--window", o.window, 1, 1 << 16));
+  if (o.block_size <= 0 || o.block_size % 32 != 0 || o.block_size > 4096) {
+    return invalid_argument("--block-size: expected a multiple of 32 in 32..4096, got ",
+                            o.block_size);
+  }
+  if (!parse_cache_dtype(o.cache).ok()) {
+    return invalid_argument("--cache: expected fp8_ds_mla, bf16 or fp8_e4m3, got '",
+                            printable_excerpt(o.cache), "'");
+  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_range("--extra-topk", o.extra_topk, 0, 4096));
+  return check_range("--extra-block-size", o.extra_block_size, 1, 1024);
+}
+
+Status run_attend(const AttendOptions& o) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_options(o));
   auto dtype = parse_cache_dtype(o.cache);
   SPARSE_SWA_RETURN_IF_ERROR(dtype.status());
   const CacheConsumer consumer = dtype.value() == CacheDtype::kFp8DsMla
@@ -193,6 +238,12 @@ Status run_attend(const AttendOptions& o) {
   config.max_num_batched_tokens = o.decode_requests + o.prefill_requests * o.prefill_len;
   config.max_model_len = o.max_context + std::max(1, o.prefill_len);
   auto builder = testing::StepBuilder::create(config, backend_named(o.backend));
+  if (builder.status().code() == StatusCode::kInvalidArgument) {
+    return invalid_argument(
+        "the step of --decode-requests, --prefill-requests, --prefill-len, --window and "
+        "--max-context needs a builder the library rejects: ",
+        builder.status().message());
+  }
   SPARSE_SWA_RETURN_IF_ERROR(builder.status());
 
   std::mt19937 rng(o.seed);
@@ -280,29 +331,30 @@ void add_attend_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", o->backend, "metadata and attention backend: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  // check_options() checks the ranges: an out-of-range value is invalid input (exit 1).
   cmd->add_option("--heads", o->heads, "query heads (1..128, no padding)")->capture_default_str();
-  cmd->add_option("--decode-requests", o->decode_requests, "requests with one query token")
-      ->check(CLI::Range(0, 4096))
+  cmd->add_option("--decode-requests", o->decode_requests,
+                  "requests with one query token (0..4096)")
       ->capture_default_str();
-  cmd->add_option("--prefill-requests", o->prefill_requests, "requests with --prefill-len tokens")
-      ->check(CLI::Range(0, 4096))
+  cmd->add_option("--prefill-requests", o->prefill_requests,
+                  "requests with --prefill-len tokens (0..4096)")
       ->capture_default_str();
-  cmd->add_option("--prefill-len", o->prefill_len, "query tokens of each prefill request (>= 2)")
-      ->check(CLI::Range(2, 4096))
+  cmd->add_option("--prefill-len", o->prefill_len, "query tokens of each prefill request (2..4096)")
       ->capture_default_str();
-  cmd->add_option("--max-context", o->max_context, "context tokens are drawn from 0..this")
-      ->check(CLI::Range(0, 1 << 20))
+  cmd->add_option("--max-context", o->max_context,
+                  "context tokens are drawn from 0..this (at most 1048576)")
       ->capture_default_str();
-  cmd->add_option("--window", o->window, "sliding window W")->capture_default_str();
-  cmd->add_option("--block-size", o->block_size, "SWA cache tokens per page (multiple of 32)")
+  cmd->add_option("--window", o->window, "sliding window W (1..65536)")->capture_default_str();
+  cmd->add_option("--block-size", o->block_size,
+                  "SWA cache tokens per page (a multiple of 32, at most 4096)")
       ->capture_default_str();
   cmd->add_option("--cache", o->cache, "cache dtype: fp8_ds_mla, bf16 or fp8_e4m3")
       ->capture_default_str();
-  cmd->add_option("--extra-topk", o->extra_topk, "compressed-cache entries per token (0 = none)")
-      ->check(CLI::Range(0, 4096))
+  cmd->add_option("--extra-topk", o->extra_topk,
+                  "compressed-cache entries per token (0 = none, at most 4096)")
       ->capture_default_str();
-  cmd->add_option("--extra-block-size", o->extra_block_size, "compressed cache tokens per page")
-      ->check(CLI::Range(1, 1024))
+  cmd->add_option("--extra-block-size", o->extra_block_size,
+                  "compressed cache entries per page (1..1024; C128A: 2)")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
   cmd->callback([o, exit_code] {

@@ -1,9 +1,11 @@
-// sparse-swa bench [--backend cuda|cpu] [--iters N] [--json FILE] [--write-batches DIR]
+// sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE] [--write-batches DIR]
 // Times build() on the scenarios of the reference script's `bench` (W = 128, block 256) with the
 // harness of bench/builder_timing.h: synchronised wall time, host time until build() returns,
 // and device time per build from a replayed CUDA graph of back-to-back builds; plus the card's
 // copy bandwidth, to put the device time next to the time it takes just to write the output
 // bytes. This command parses the options and prints.
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "builder_timing.h"
 #include "commands.h"
@@ -23,7 +26,7 @@ namespace sparse_swa::cli {
 namespace {
 
 struct BenchOptions {
-  std::string backend = "cuda";
+  std::string backend = "cpu";
   int iters = 200;
   std::string json_path;
   std::string batches_dir;  // --write-batches: write the scenarios' batch files, time nothing
@@ -48,12 +51,51 @@ Status write_batches(const std::string& dir) {
   return flush_stdout();
 }
 
+// 1252864 -> "1.19 MiB".
+std::string readable_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+std::string fixed(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.*f", digits, value);
+  return text;
+}
+
+// Right-aligned columns, two spaces apart.
+void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line +=
+          std::string(c == 0 ? 0 : 2, ' ') + std::string(width[c] - row[c].size(), ' ') + row[c];
+    }
+    out << line << "\n";
+  }
+}
+
 Status run_bench(const BenchOptions& opts) {
   if (!opts.batches_dir.empty()) return write_batches(opts.batches_dir);
   auto timed = bench::time_builder({backend_named(opts.backend), opts.iters});
   SPARSE_SWA_RETURN_IF_ERROR(timed.status());
   const bench::BuilderTimings& r = timed.value();
   const bench::LaunchFloors& f = r.floors;
+  std::cout << "sparse-swa bench: backend " << opts.backend << ", medians of " << opts.iters
+            << " builds per scenario, times in microseconds\n";
   if (r.cuda) {
     std::cout << "device copy bandwidth: " << f.copy_bandwidth / 1e9
               << " GB/s (1 GiB D2D, median of 10)\n";
@@ -64,15 +106,28 @@ Status run_bench(const BenchOptions& opts) {
               << " us); device time of that launch, back to back: " << f.launch_device_us
               << " us\n";
   }
+  // The CPU backend's build() returns when the rows are written: one time (build_us). CUDA:
+  // wall (build + sync), host (build returning), device (graph replay) and the write floor.
+  std::vector<std::vector<std::string>> table;
+  if (r.cuda) {
+    table.push_back({"scenario", "tokens", "wall_us", "host_us", "update_host_us", "device_us",
+                     "output", "write_floor_us"});
+  } else {
+    table.push_back({"scenario", "tokens", "build_us", "update_us", "output"});
+  }
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
-  std::cout << "decodes prefills prefill_len method tokens | wall_us host_us device_us | "
-               "out_bytes write_floor_us\n";
   for (const bench::ScenarioTiming& t : r.scenarios) {
     const testing::BenchScenario& s = t.scenario;
     const char* method = s.dspark ? "dspark" : "none";
-    std::cout << s.decodes << " " << s.prefills << " " << s.prefill_len << " " << method << " "
-              << t.tokens << " | " << t.wall_us << " " << t.host_us << " " << t.device_us << " | "
-              << t.output_bytes << " " << t.write_floor_us << "\n";
+    const std::string update = t.update_host_us > 0 ? fixed(t.update_host_us, 2) : "-";
+    if (r.cuda) {
+      table.push_back({testing::scenario_name(s), std::to_string(t.tokens), fixed(t.wall_us, 2),
+                       fixed(t.host_us, 2), update, fixed(t.device_us, 2),
+                       readable_bytes(t.output_bytes), fixed(t.write_floor_us, 2)});
+    } else {
+      table.push_back({testing::scenario_name(s), std::to_string(t.tokens), fixed(t.wall_us, 2),
+                       update, readable_bytes(t.output_bytes)});
+    }
     results.push_back({{"decodes", s.decodes},
                        {"prefills", s.prefills},
                        {"prefill_len", s.prefill_len},
@@ -82,10 +137,10 @@ Status run_bench(const BenchOptions& opts) {
                        {"build_wall_us_median", t.wall_us},
                        {"build_host_us_median", t.host_us},
                        {"update_draft_host_us_median", t.update_host_us},
-                       {"device_us_per_build", t.device_us},
-                       {"output_bytes", t.output_bytes},
-                       {"write_floor_us", t.write_floor_us}});
+                       {"output_bytes", t.output_bytes}});
     if (r.cuda) {
+      results.back()["device_us_per_build"] = t.device_us;
+      results.back()["write_floor_us"] = t.write_floor_us;
       results.back()["round_trip_floor_us"] = f.memset_us;
       results.back()["enqueue_floor_us"] = f.memset_enqueue_us;
       results.back()["launch_round_trip_floor_us"] = f.launch_us;
@@ -93,6 +148,7 @@ Status run_bench(const BenchOptions& opts) {
       results.back()["launch_device_floor_us"] = f.launch_device_us;
     }
   }
+  print_table(std::cout, table);
   if (!opts.json_path.empty()) {
     std::ofstream out(opts.json_path);
     out << results.dump(1) << "\n";
@@ -107,7 +163,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time build() on the reference script's bench scenarios (W = 128, block 256)");
-  add_backend_option(*cmd, &opts->backend);  // default cuda (BenchOptions)
+  add_backend_option(*cmd, &opts->backend);
   cmd->add_option("--iters", opts->iters, "timed builds per scenario and measure")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();

@@ -1,5 +1,5 @@
-// sparse-swa build --input BATCH.json [--input MORE.json ...] [--backend cpu|cuda]
-//                  [--format json|table] [--consumer NAME [--heads H]]
+// sparse-swa build BATCH.json [MORE.json ...] [--backend cpu|cuda] [--format json|table]
+//                  [--consumer NAME [--heads H]]        (--input BATCH.json works too)
 // Builds one step's metadata from each batch file; JSON goes to stdout, one line per file, in
 // the reference script's format (keys, order and separators), so the two can be diffed as text.
 // Several inputs share one process (and one CUDA context); the first invalid file stops the run.
@@ -66,10 +66,11 @@ void add_build_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<BuildOptions>();
   CLI::App* cmd = app.add_subcommand(
       "build", "Build one step's SWA metadata from a JSON batch file and print it");
-  cmd->add_option("--input,-i", opts->inputs,
-                  "batch file: {config, batch, chunk_plan_requests}; - reads stdin; repeat for "
-                  "several files (one output line each)")
-      ->required();
+  // FILE... and --input FILE fill one list, in command-line order (check-config takes its file
+  // positionally too).
+  cmd->add_option("FILE,--input,-i", opts->inputs,
+                  "batch file: {config, batch, chunk_plan_requests}; - reads stdin; several "
+                  "files (positional or repeated --input) print one output line each");
   add_backend_option(*cmd, &opts->backend);
   cmd->add_option("--format", opts->format,
                   "json: the reference's one-line JSON; table: for people")
@@ -87,6 +88,9 @@ void add_build_command(CLI::App& app, int* exit_code) {
       ->needs(consumer)
       ->capture_default_str();
   cmd->callback([opts, exit_code] {
+    if (opts->inputs.empty()) {
+      throw CLI::RequiredError("a batch file (sparse-swa build FILE, or --input FILE)");
+    }
     if (!opts->consumer.empty() && opts->format != "json") {
       throw CLI::ValidationError("--consumer", "needs --format json, got --format " + opts->format);
     }

@@ -158,7 +158,7 @@ Status run_demo(const std::string& backend) {
             << ";\nevery step's rows are views into them (causal decode rows at the same address "
                "in steps 1 and 3: "
             << (buffers_reused ? "yes" : "no") << ").\n"
-            << "Next: sparse-swa build --input BATCH.json [--format table] on a batch file of "
+            << "Next: sparse-swa build BATCH.json [--format table] on a batch file of "
                "your own.\n";
   return flush_stdout();
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -142,8 +143,31 @@ Status optional_int(const Json& parent, const std::string& path, const char* key
   return v == nullptr ? Status::Ok() : read_int(*v, str_cat(path, ".", key), out);
 }
 
+// Every key of the object `v` at `path` is one of `known`: a misspelt optional field would
+// otherwise be ignored without a word. Names the nearest known key when one is close.
+Status check_known_keys(const Json& v, const char* path,
+                        std::initializer_list<std::string_view> known) {
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string names;
+    for (std::string_view name : known) names += str_cat(names.empty() ? "" : ", ", name);
+    const std::string_view near =
+        closest_name(key, std::span<const std::string_view>(known.begin(), known.size()));
+    const std::string hint = near.empty() ? "" : str_cat("did you mean \"", near, "\"? ");
+    return invalid_argument(path, ": unknown field ", describe(Json(key)), " (", hint,
+                            "expected one of ", names, ")");
+  }
+  return Status::Ok();
+}
+
 Status parse_config(const Json& c, BuilderConfig* config) {
   SPARSE_SWA_RETURN_IF_ERROR(expect_object(c, "config"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_known_keys(
+      c, "config",
+      {"window_size", "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+       "num_speculative_tokens", "speculative_method", "parallel_drafting", "max_image_tokens",
+       "noncausal_index_width", "compress_ratios"}));
   SPARSE_SWA_RETURN_IF_ERROR(required_int(c, "config", "window_size", &config->window_size));
   SPARSE_SWA_RETURN_IF_ERROR(required_int(c, "config", "block_size", &config->block_size));
   SPARSE_SWA_RETURN_IF_ERROR(
@@ -273,6 +297,9 @@ Status parse_image_spans(const Json& v, int64_t num_reqs, std::vector<ImageSpan>
 
 Status parse_batch(const Json& b, BatchFile* file) {
   SPARSE_SWA_RETURN_IF_ERROR(expect_object(b, "batch"));
+  SPARSE_SWA_RETURN_IF_ERROR(check_known_keys(
+      b, "batch",
+      {"query_start_loc", "seq_lens", "block_table", "slot_mapping", "causal", "image_spans"}));
   const Json* v = nullptr;
   SPARSE_SWA_RETURN_IF_ERROR(require(b, "batch", "query_start_loc", "an array of integers", &v));
   SPARSE_SWA_RETURN_IF_ERROR(read_int_array(*v, "batch.query_start_loc", &file->query_start_loc));
@@ -298,6 +325,8 @@ Status parse_chunk_plan_requests(const Json& v, std::vector<ChunkPlanRequest>* o
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string path = str_cat("chunk_plan_requests[", i, "]");
     SPARSE_SWA_RETURN_IF_ERROR(expect_object(v[i], path));
+    SPARSE_SWA_RETURN_IF_ERROR(
+        check_known_keys(v[i], path.c_str(), {"compress_ratio", "chunk_size", "has_compressed"}));
     ChunkPlanRequest req;
     SPARSE_SWA_RETURN_IF_ERROR(required_int(v[i], path, "compress_ratio", &req.compress_ratio));
     SPARSE_SWA_RETURN_IF_ERROR(required_int(v[i], path, "chunk_size", &req.chunk_size));

@@ -2,7 +2,8 @@
 // of the metadata it prints. Shared by the CLI, the tests and the fuzzers.
 //
 // Input:  {"config": {...}, "batch": {...}, "chunk_plan_requests": [...]} (the reference
-//         script's batch file; unknown keys are ignored, everything else is strictly typed).
+//         script's batch file; strictly typed, and an unknown key in config, batch or a chunk
+//         plan request is an error naming the nearest known key).
 // Output: the keys, key order and number formatting of the reference's `run` output, so the
 //         two can be diffed as text.
 #pragma once
