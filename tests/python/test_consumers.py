@@ -1,5 +1,6 @@
 """The SWA-only index consumers through Python: to_ragged, md.mixed_matrix(),
-md.combined_prefill(), golden values of docs/semantics.md example 1 (examples/batches/mixed_mtp.json).
+md.combined_prefill(), golden values of docs/semantics.md example 1
+(examples/batches/mixed_mtp.json)."""
 
 import numpy as np
 import pytest
