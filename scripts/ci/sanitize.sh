@@ -17,7 +17,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 JOBS=${JOBS:-$(nproc)}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
-FUZZ_TARGETS=(fuzz_batch_json fuzz_consumers fuzz_kv_decode)
+FUZZ_TARGETS=(fuzz_batch_json fuzz_consumers fuzz_kv_decode fuzz_attention fuzz_kv_codec)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
