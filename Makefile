@@ -7,7 +7,7 @@ PYTHON ?= python3
 
 DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev \
                 libbenchmark-dev
-PY_PACKAGES := numpy pytest nanobind scikit-build-core
+PY_PACKAGES := numpy pytest nanobind scikit-build-core hypothesis
 
 .PHONY: all deps build demo test test-cpp test-python sanitize bench clean format
 
@@ -21,7 +21,7 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import numpy, pytest, nanobind, scikit_build_core" 2>/dev/null || \
+	@$(PYTHON) -c "import numpy, pytest, nanobind, scikit_build_core, hypothesis" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_PACKAGES)
 
 build: deps
