@@ -20,7 +20,7 @@ endif
 DEMO_DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libcli11-dev
 DEB_PACKAGES := $(DEMO_DEB_PACKAGES) libgtest-dev libgmock-dev libbenchmark-dev python3-dev \
                 python3-venv python3-pip
-PY_PACKAGES := numpy pytest nanobind scikit-build-core
+PY_PACKAGES := numpy pytest nanobind scikit-build-core hypothesis
 
 .PHONY: all deps deps-demo build demo test test-cpp test-python sanitize bench clean format
 
@@ -42,7 +42,7 @@ deps-demo:
 
 deps: $(PYTHON_DEPS)
 	$(call install_debian_packages,$(DEB_PACKAGES))
-	@$(PYTHON) -c "import numpy, pytest, nanobind, scikit_build_core" 2>/dev/null || \
+	@$(PYTHON) -c "import numpy, pytest, nanobind, scikit_build_core, hypothesis" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q $(PY_PACKAGES)
 
 # The project virtual environment. It sees the system's site-packages, so Python packages that

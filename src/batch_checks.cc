@@ -47,11 +47,11 @@ StepSplit split_from_range(std::span<const int32_t> qsl, int32_t num_tokens, int
 // and on x86-64 an AVX2 clone chosen at load time when the CPU has it.
 // (Not in sanitizer builds, where the clones' load-time resolver runs before the runtime.)
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define SPARSE_SWA_SANITIZED 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SPARSE_SWA_SANITIZED 1
 #endif
 #if defined(__x86_64__) && defined(__linux__) && !defined(SPARSE_SWA_SANITIZED)

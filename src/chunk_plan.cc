@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/int_limits.h"
 #include "common/swa_formulas.h"
 #include "sparse_swa/metadata.h"
 
@@ -22,6 +23,26 @@ StatusOr<std::vector<ChunkPlanEntry>> prefill_chunk_plan(const SwaMetadata& md,
       static_cast<int32_t>(md.prefill_query_lens_host.size()) != n) {
     return invalid_argument("metadata.prefill_seq_lens_host: expected ", n,
                             " entries (num_prefills), got ", md.prefill_seq_lens_host.size());
+  }
+  // The plan's constants as a builder config bounds them: the budget below stays positive and
+  // its sum cannot overflow.
+  if (md.window_size < 1) {
+    return invalid_argument("metadata.window_size: expected >= 1, got ", md.window_size);
+  }
+  if (md.max_model_len < 0 || md.max_model_len > kInt32Max) {
+    return invalid_argument("metadata.max_model_len: expected 0..", kInt32Max, ", got ",
+                            md.max_model_len);
+  }
+  if (md.max_num_batched_tokens < 0) {
+    return invalid_argument("metadata.max_num_batched_tokens: expected >= 0, got ",
+                            md.max_num_batched_tokens);
+  }
+  for (int32_t p = 0; p < n; ++p) {
+    const int64_t seq = md.prefill_seq_lens_host[p], ql = md.prefill_query_lens_host[p];
+    if (ql < 0 || ql > seq) {
+      return invalid_argument("metadata.prefill_query_lens_host[", p, "]: expected 0..",
+                              "prefill_seq_lens_host[", p, "] = ", seq, ", got ", ql);
+    }
   }
   const bool compressed = has_compressed.value_or(compress_ratio > 1);
   const int64_t window = md.window_size;

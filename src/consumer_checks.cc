@@ -12,6 +12,23 @@ namespace sparse_swa {
 namespace {
 
 const char* space_name(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }
+
+// The mixed matrix's widths in int64: S, P and round_up(S + P, 4).
+struct MixedWidths {
+  int64_t swa = 0, compressed = 0, row = 0;
+};
+MixedWidths mixed_widths(int64_t swa_width, int64_t prefill_topk, int64_t decode_topk) {
+  MixedWidths w;
+  w.swa = std::max<int64_t>(swa_width, 0);
+  w.compressed = formulas::round_up(std::max<int64_t>({prefill_topk, decode_topk, 0}), 4);
+  w.row = formulas::round_up(w.swa + w.compressed, 4);
+  return w;
+}
+
+int64_t decode_compressed_topk(const CompressedTopk& topk) {
+  return topk.decode_global.width > 0 ? topk.decode_global.width : topk.decode_local.cols;
+}
+
 }  // namespace
 
 StatusOr<int32_t> compressed_block_size(int32_t attn_block_size, int32_t compress_ratio) {
@@ -25,20 +42,22 @@ StatusOr<int32_t> compressed_block_size(int32_t attn_block_size, int32_t compres
 
 MixedMatrixShape mixed_matrix_shape(int32_t swa_width, int32_t prefill_topk,
                                     int32_t decode_compressed_topk) {
+  // Saturated at the largest multiple of 4 in int32: build_mixed_matrix rejects wider rows.
+  constexpr int64_t kMaxWidth = kInt32Max / 4 * 4;
+  const MixedWidths w = mixed_widths(swa_width, prefill_topk, decode_compressed_topk);
   MixedMatrixShape s;
-  s.swa_width = std::max(swa_width, 0);
-  s.compressed_width = static_cast<int32_t>(
-      formulas::round_up(std::max({prefill_topk, decode_compressed_topk, 0}), 4));
-  s.row_width = static_cast<int32_t>(formulas::round_up(s.swa_width + s.compressed_width, 4));
+  s.swa_width = static_cast<int32_t>(w.swa);
+  s.compressed_width = static_cast<int32_t>(std::min(w.compressed, kMaxWidth));
+  s.row_width = static_cast<int32_t>(std::min(w.row, kMaxWidth));
   return s;
 }
 
 MixedMatrixShape mixed_matrix_shape(const SwaMetadata& md, const CompressedTopk& topk) {
-  const int32_t decode_topk = topk.decode_global.width > 0
-                                  ? topk.decode_global.width
-                                  : static_cast<int32_t>(topk.decode_local.cols);
-  return mixed_matrix_shape(std::max(md.decode_swa.width, md.prefill_swa.width),
-                            static_cast<int32_t>(topk.prefill_local.cols), decode_topk);
+  const int64_t decode_topk = decode_compressed_topk(topk);
+  return mixed_matrix_shape(
+      std::max(md.decode_swa.width, md.prefill_swa.width),
+      static_cast<int32_t>(std::clamp<int64_t>(topk.prefill_local.cols, 0, kInt32Max)),
+      static_cast<int32_t>(std::clamp<int64_t>(decode_topk, 0, kInt32Max)));
 }
 
 int64_t ragged_capacity(const ConstIndexView& view) {
@@ -95,6 +114,33 @@ Status check_output(const IndexView& out, MemorySpace space, int64_t rows, int64
   return Status::Ok();
 }
 
+Status check_metadata_counts(const SwaMetadata& md) {
+  if (md.num_reqs < 0 || md.num_tokens < 0) {
+    return invalid_argument("metadata: expected num_reqs, num_tokens >= 0, got ", md.num_reqs, ", ",
+                            md.num_tokens);
+  }
+  // Every token is a decode or a prefill token (the split covers padding too): the consumers
+  // index prefill inputs by t - num_decode_tokens for every t >= num_decode_tokens.
+  if (md.num_decode_tokens < 0 || md.num_prefill_tokens < 0 ||
+      int64_t{md.num_decode_tokens} + md.num_prefill_tokens != md.num_tokens) {
+    return invalid_argument(
+        "metadata: expected num_decode_tokens + num_prefill_tokens = num_tokens ", md.num_tokens,
+        ", got ", md.num_decode_tokens, " + ", md.num_prefill_tokens);
+  }
+  if (md.num_decodes < 0 || md.num_prefills < 0 ||
+      int64_t{md.num_decodes} + md.num_prefills > md.num_reqs) {
+    return invalid_argument("metadata: expected 0 <= num_decodes + num_prefills <= num_reqs ",
+                            md.num_reqs, ", got ", md.num_decodes, " + ", md.num_prefills);
+  }
+  if (static_cast<int64_t>(md.token_to_req_indices.size()) < md.num_tokens ||
+      static_cast<int64_t>(md.is_valid_token.size()) < md.num_tokens) {
+    return invalid_argument("metadata.token_to_req_indices / is_valid_token: expected >= ",
+                            md.num_tokens, " entries (num_tokens), got ",
+                            md.token_to_req_indices.size(), " / ", md.is_valid_token.size());
+  }
+  return Status::Ok();
+}
+
 Status check_step(const ConsumerStep& step) {
   const SwaMetadata& md = step.md;
   const BatchInput& b = step.batch;
@@ -105,30 +151,13 @@ Status check_step(const ConsumerStep& step) {
   if (md.window_size < 1) {
     return invalid_argument("metadata.window_size: expected >= 1, got ", md.window_size);
   }
-  // Every token is a decode or a prefill token (the split covers padding too): the consumers
-  // index prefill inputs by t - num_decode_tokens for every t >= num_decode_tokens.
-  if (md.num_decode_tokens < 0 || md.num_prefill_tokens < 0 ||
-      int64_t{md.num_decode_tokens} + md.num_prefill_tokens != t) {
-    return invalid_argument(
-        "metadata: expected num_decode_tokens + num_prefill_tokens = num_tokens ", t, ", got ",
-        md.num_decode_tokens, " + ", md.num_prefill_tokens);
-  }
-  if (md.num_decodes < 0 || md.num_prefills < 0 ||
-      int64_t{md.num_decodes} + md.num_prefills > md.num_reqs) {
-    return invalid_argument("metadata: expected 0 <= num_decodes + num_prefills <= num_reqs ",
-                            md.num_reqs, ", got ", md.num_decodes, " + ", md.num_prefills);
-  }
+  SPARSE_SWA_RETURN_IF_ERROR(check_metadata_counts(md));
   if (b.num_reqs() != md.num_reqs ||
       b.query_start_loc.size() != static_cast<size_t>(md.num_reqs) + 1) {
     return invalid_argument("batch: expected the metadata's ", md.num_reqs, " requests (",
-                            md.num_reqs + 1, " query_start_loc entries), got ", b.num_reqs(),
-                            " seq_lens and ", b.query_start_loc.size(), " query_start_loc");
-  }
-  if (static_cast<int64_t>(md.token_to_req_indices.size()) < t ||
-      static_cast<int64_t>(md.is_valid_token.size()) < t) {
-    return invalid_argument("metadata.token_to_req_indices / is_valid_token: expected >= ", t,
-                            " entries (num_tokens), got ", md.token_to_req_indices.size(), " / ",
-                            md.is_valid_token.size());
+                            int64_t{md.num_reqs} + 1, " query_start_loc entries), got ",
+                            b.num_reqs(), " seq_lens and ", b.query_start_loc.size(),
+                            " query_start_loc");
   }
   if (md.has_image() && (static_cast<int64_t>(md.left_visible.size()) < t ||
                          static_cast<int64_t>(md.right_visible.size()) < t)) {
@@ -177,6 +206,16 @@ Status check_cache(const CompressedCache& cache, const SwaMetadata& md, std::str
   if (md.num_reqs > 0 && cache.block_table.rows < md.num_reqs) {
     return invalid_argument(name, ".block_table.rows: expected >= num_reqs ", md.num_reqs, ", got ",
                             cache.block_table.rows);
+  }
+  return Status::Ok();
+}
+
+Status check_mixed_matrix_width(const SwaMetadata& md, const CompressedTopk& topk) {
+  const int64_t swa = std::max(md.decode_swa.width, md.prefill_swa.width);
+  const MixedWidths w = mixed_widths(swa, topk.prefill_local.cols, decode_compressed_topk(topk));
+  if (w.row > kInt32Max) {
+    return invalid_argument("mixed matrix: row_width round_up(S ", w.swa, " + P ", w.compressed,
+                            ", 4) = ", w.row, " overflows int32");
   }
   return Status::Ok();
 }

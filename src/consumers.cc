@@ -20,15 +20,10 @@ constexpr int64_t kPrefillTopkAlignment = 128;  // FlashMLA prefill: topk % B_TO
 // Rows [first_token, first_token + rows) must be tokens of the step.
 Status check_token_rows(const SwaMetadata& md, int32_t first_token, int64_t rows,
                         std::string_view name) {
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_metadata_counts(md));
   if (first_token < 0 || first_token + rows > md.num_tokens) {
     return invalid_argument(name, ": rows for tokens [", first_token, ", ", first_token + rows,
                             ") must lie inside the step's ", md.num_tokens, " tokens");
-  }
-  if (static_cast<int64_t>(md.token_to_req_indices.size()) < md.num_tokens ||
-      static_cast<int64_t>(md.is_valid_token.size()) < md.num_tokens) {
-    return invalid_argument("metadata.token_to_req_indices / is_valid_token: expected >= ",
-                            md.num_tokens, " entries (num_tokens), got ",
-                            md.token_to_req_indices.size(), " / ", md.is_valid_token.size());
   }
   return Status::Ok();
 }
@@ -93,6 +88,7 @@ Status check_topk(const ConsumerStep& step, const CompressedTopk& topk) {
 // Checks the chunk against the host lens of the metadata and resolves its token range.
 StatusOr<detail::CombineChunk> resolve_chunk(const SwaMetadata& md, const ChunkPlanEntry& chunk,
                                              int32_t ratio, int32_t topk) {
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_metadata_counts(md));
   const int32_t rp = md.num_prefills;
   if (static_cast<int32_t>(md.prefill_seq_lens_host.size()) != rp ||
       static_cast<int32_t>(md.prefill_query_lens_host.size()) != rp) {
@@ -107,6 +103,10 @@ StatusOr<detail::CombineChunk> resolve_chunk(const SwaMetadata& md, const ChunkP
   if (chunk.compressed_width < 0 || chunk.total_width < chunk.compressed_width) {
     return invalid_argument("chunk: expected 0 <= compressed_width <= total_width, got N = ",
                             chunk.compressed_width, ", M = ", chunk.total_width);
+  }
+  if (chunk.total_width > kInt32Max) {
+    return invalid_argument("chunk.total_width: expected <= ", kInt32Max, ", got ",
+                            chunk.total_width);
   }
   if (chunk.total_width * (chunk.end - chunk.start) > kInt32Max) {
     return invalid_argument("chunk.total_width: ", chunk.end - chunk.start,
@@ -209,6 +209,7 @@ Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk, 
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_decode_width(md));  // before lens > width
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_step(step));
   SPARSE_SWA_RETURN_IF_ERROR(check_topk(step, topk));
+  SPARSE_SWA_RETURN_IF_ERROR(detail::check_mixed_matrix_width(md, topk));
   const MixedMatrixShape shape = mixed_matrix_shape(md, topk);
   const int32_t num_tokens = md.num_tokens;
   SPARSE_SWA_RETURN_IF_ERROR(
@@ -237,10 +238,16 @@ StatusOr<CombinedPrefillShape> combined_prefill_shape(const SwaMetadata& md,
   // The ratio only matters for checks that need the top-k; use the loosest one here.
   auto c = resolve_chunk(md, chunk, prefill_topk > 0 ? 128 : 1, prefill_topk);
   SPARSE_SWA_RETURN_IF_ERROR(c.status());
+  const int64_t width =
+      formulas::round_up(int64_t{prefill_topk} + md.prefill_swa.width, kPrefillTopkAlignment);
+  if (width > kInt32Max) {
+    return invalid_argument("prefill_topk: TOP_K ", prefill_topk, " + metadata.prefill_swa.width ",
+                            md.prefill_swa.width, " rounded up to ", kPrefillTopkAlignment,
+                            " gives rows wider than int32");
+  }
   CombinedPrefillShape s;
   s.rows = c->rows;
-  s.width = static_cast<int32_t>(
-      formulas::round_up(int64_t{prefill_topk} + md.prefill_swa.width, kPrefillTopkAlignment));
+  s.width = static_cast<int32_t>(width);
   return s;
 }
 

@@ -16,7 +16,10 @@
 //     rows count min((pos + 1) / ratio, TOP_K) whatever the entries hold, as the reference does;
 //   * metadata inconsistent with the batch (a token outside its request, a window past the block
 //     table or seq_len) is an error on the CPU, with nothing written, and a row of -1 with lens 0
-//     on the GPU, which cannot report it without a sync.
+//     on the GPU, which cannot report it without a sync;
+//   * metadata whose counts disagree (num_decode_tokens + num_prefill_tokens != num_tokens,
+//     num_decodes + num_prefills > num_reqs, a negative count, arrays shorter than num_tokens)
+//     is an error on both backends, checked before any arithmetic on the counts.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +78,8 @@ struct CompressedTopk {
 //     rows fit (decode rows are then -1 padded). Constant for a builder, whatever the batch.
 //   P (compressed_width) = round_up(max(prefill TOP_K, decode compressed width), 4)
 //   row_width = round_up(S + P, 4): every row starts 16 bytes aligned, whatever S is.
+// Widths past int32 saturate at the largest multiple of 4 in int32; build_mixed_matrix rejects
+// such rows.
 struct MixedMatrixShape {
   int32_t swa_width = 0;
   int32_t compressed_width = 0;

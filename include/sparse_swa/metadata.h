@@ -66,7 +66,9 @@ struct SwaMetadata {
 
 // The reference's greedy workspace chunk plan over the prefill requests (host only).
 // has_compressed defaults to compress_ratio > 1. Errors: ratio outside {1, 2, 4, 128},
-// chunk_size < 1.
+// chunk_size < 1; host lens no builder would have written (not num_prefills entries, a query
+// length outside 0..seq_len) or plan constants outside window_size >= 1, max_model_len
+// 0..INT32_MAX, max_num_batched_tokens >= 0.
 StatusOr<std::vector<ChunkPlanEntry>> prefill_chunk_plan(
     const SwaMetadata& md, int64_t compress_ratio, int64_t chunk_size,
     std::optional<bool> has_compressed = std::nullopt);

@@ -76,6 +76,38 @@ void expect_aligned(const void* data, size_t alignment, std::string_view field) 
   }
 }
 
+void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides, size_t itemsize,
+                      std::string_view field) {
+  std::string dims;
+  for (size_t d = 0; d < ndim; ++d) dims += str_cat(d == 0 ? "" : ", ", shape[d]);
+  int64_t count = 1, extent = 0;  // extent: the largest element offset, in elements
+  bool fits = true;
+  for (size_t d = 0; d < ndim && fits; ++d) {
+    if (shape[d] < 0) {
+      raise_value_error(str_cat(field, ": expected dimensions >= 0, got shape [", dims, "]"));
+    }
+    fits = !__builtin_mul_overflow(count, shape[d], &count);
+  }
+  if (fits && count > 0) {
+    for (size_t d = 0; d < ndim && fits; ++d) {
+      // Strides absent (null) mean C-contiguous: the extent is then count - 1.
+      const int64_t stride = strides == nullptr ? 0 : strides[d];
+      int64_t step = 0;
+      fits = stride != INT64_MIN &&
+             !__builtin_mul_overflow(shape[d] - 1, stride < 0 ? -stride : stride, &step) &&
+             !__builtin_add_overflow(extent, step, &extent);
+    }
+    if (strides == nullptr) extent = count - 1;
+    int64_t bytes = 0;
+    fits = fits && !__builtin_add_overflow(extent, int64_t{1}, &bytes) &&
+           !__builtin_mul_overflow(bytes, static_cast<int64_t>(itemsize), &bytes);
+  }
+  if (!fits) {
+    raise_value_error(str_cat(field, ": shape [", dims, "] (itemsize ", itemsize,
+                              ") has more elements or bytes than int64 can count"));
+  }
+}
+
 Framework framework_of(nb::handle obj) {
   nb::object module = nb::getattr(obj.type(), "__module__", nb::none());
   if (!nb::isinstance<nb::str>(module)) return Framework::kDlpack;
@@ -107,6 +139,7 @@ InputArray import_array(nb::handle obj, std::string_view field) {
                               "(numpy, torch, cupy, jax), got ",
                               type_name_of(obj)));
   }
+  expect_countable(a, field);
   return a;
 }
 

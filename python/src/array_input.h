@@ -30,7 +30,18 @@ struct Place {
 };
 std::string place_name(const Place& place);  // "cpu", "cuda:1"
 
-// Imports `obj` through DLPack (or the buffer protocol). ValueError when it is not an array.
+// ValueError unless every dimension is >= 0 and the element count (the product of the
+// dimensions) and the byte extent (itemsize * sum of (dim - 1) * |stride|) fit int64: a DLPack
+// export past that describes no real memory, and sizes computed from it would overflow.
+void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides, size_t itemsize,
+                      std::string_view field);
+template <typename Array>
+void expect_countable(const Array& a, std::string_view field) {
+  expect_countable(a.ndim(), a.shape_ptr(), a.stride_ptr(), a.itemsize(), field);
+}
+
+// Imports `obj` through DLPack (or the buffer protocol). ValueError when it is not an array, or
+// when its shape is not countable (expect_countable).
 InputArray import_array(nb::handle obj, std::string_view field);
 // The array's device: cpu or cuda; any other DLPack device raises ValueError.
 Place place_of(const InputArray& a, std::string_view field);

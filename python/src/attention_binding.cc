@@ -42,6 +42,7 @@ MatrixView<T> host_matrix(const Array& a, std::string_view field, const char* wa
   if (a.ndim() != ndim) {
     raise_value_error(str_cat(field, ": expected ", ndim, " dimensions, got ", a.ndim()));
   }
+  expect_countable(a, field);        // before any product of the dimensions
   const bool empty = a.size() == 0;  // any strides; nothing is read
   int64_t cols = 1;
   for (size_t d = ndim; d-- > 1;) {
@@ -172,7 +173,8 @@ nb::object decode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle
   const int32_t block_size = int32_from_python(block_size_obj, "block_size");
   const ConstKvCacheView cache = input_cache(cache_obj, "cache", block_size, dtype);
   const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
-  auto [out, data] = new_host_array<float>({slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
+  auto [out, data] =
+      new_host_array<float>("slots", {slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
   const MatrixView<float> view{data, static_cast<int64_t>(slots.size()), kHeadDim, kHeadDim,
                                MemorySpace::kHost};
   throw_if_error(decode_kv_rows(cache, slots, view));
@@ -227,8 +229,8 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
           str_cat("sinks: expected ", heads, " entries (one per head), got ", sinks.size()));
     }
   }
-  auto [out, out_data] = new_host_array<uint16_t>({tokens, heads, dim}, 0);
-  auto [lse, lse_data] = new_host_array<float>({tokens, heads}, 0.0f);
+  auto [out, out_data] = new_host_array<uint16_t>("q", {tokens, heads, dim}, 0);
+  auto [lse, lse_data] = new_host_array<float>("q", {tokens, heads}, 0.0f);
   SparseAttentionParams p;
   p.num_tokens = static_cast<int64_t>(tokens);
   p.num_heads = static_cast<int32_t>(heads);

@@ -46,9 +46,10 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m)
   const CompressedTopk topk;  // SWA-only: compress_ratio 1, no compressed inputs
   const MixedMatrixShape shape = mixed_matrix_shape(m.md, topk);
   const auto rows = static_cast<size_t>(m.md.num_tokens);
-  auto [indices, data] = new_host_array<int32_t>({rows, static_cast<size_t>(shape.row_width)}, -1);
-  auto [lens, lens_data] = new_host_array<int32_t>({rows}, 0);
-  auto [swa_lens, swa_lens_data] = new_host_array<int32_t>({rows}, 0);
+  auto [indices, data] =
+      new_host_array<int32_t>("metadata", {rows, static_cast<size_t>(shape.row_width)}, -1);
+  auto [lens, lens_data] = new_host_array<int32_t>("metadata", {rows}, 0);
+  auto [swa_lens, swa_lens_data] = new_host_array<int32_t>("metadata", {rows}, 0);
   const IndexView out{data,
                       lens_data,
                       m.md.num_tokens,
@@ -83,9 +84,9 @@ nb::list combined_prefill(const PyMetadata& m, nb::handle compress_ratio_obj,
     auto shape = combined_prefill_shape(m.md, chunk, /*prefill_topk=*/0);
     throw_if_error(shape.status());
     const CombinedPrefillShape s = shape.value();
-    auto [rows, data] =
-        new_host_array<int32_t>({static_cast<size_t>(s.rows), static_cast<size_t>(s.width)}, -1);
-    auto [lens, lens_data] = new_host_array<int32_t>({static_cast<size_t>(s.rows)}, 0);
+    auto [rows, data] = new_host_array<int32_t>(
+        "chunk", {static_cast<size_t>(s.rows), static_cast<size_t>(s.width)}, -1);
+    auto [lens, lens_data] = new_host_array<int32_t>("chunk", {static_cast<size_t>(s.rows)}, 0);
     const IndexView out{
         data, lens_data, s.rows, s.width, s.width, m.md.window_size, MemorySpace::kHost};
     throw_if_error(build_combined_prefill(step, chunk, static_cast<int32_t>(compress_ratio),
@@ -124,8 +125,9 @@ std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::
                               " (the int32 indptr), got ", m.rows, " x ", m.cols, " = ", capacity));
   }
   const auto rows = static_cast<size_t>(m.rows);
-  auto [indptr, indptr_data] = new_host_array<int32_t>({rows + 1}, 0);
-  auto [values, values_data] = new_host_array<int32_t>({static_cast<size_t>(capacity)}, -1);
+  auto [indptr, indptr_data] = new_host_array<int32_t>("indices", {rows + 1}, 0);
+  auto [values, values_data] =
+      new_host_array<int32_t>("indices", {static_cast<size_t>(capacity)}, -1);
   const RaggedView out{indptr_data, static_cast<int64_t>(rows + 1), values_data, capacity,
                        MemorySpace::kHost};
   throw_if_error(to_ragged(view, out));

@@ -8,7 +8,11 @@
 #   3. build-fuzz/: the libFuzzer targets (clang++): each replays tests/fuzz/regressions/<target>
 #      (known crashers), then fuzzes for FUZZ_SECONDS (default 30) from its seed corpus in
 #      tests/fuzz/corpus/<target> (new inputs go to build-fuzz/fuzz-work/, not the repository).
-# Environment: FUZZ_SECONDS, JOBS (default nproc), ASAN_DIR, FUZZ_DIR, SKIP_ASAN=1, SKIP_FUZZ=1.
+#   4. build-tsan/: the library and tests with ThreadSanitizer (SPARSE_SWA_TSAN=ON); the
+#      concurrency tests (several CPU builders, consumers and attention calls in several threads,
+#      results equal to serial runs).
+# Environment: FUZZ_SECONDS, JOBS (default nproc), ASAN_DIR, FUZZ_DIR, TSAN_DIR, SKIP_ASAN=1,
+# SKIP_FUZZ=1, SKIP_TSAN=1.
 # A crash leaves its input in $FUZZ_DIR/fuzz-work/<target>/artifacts/; replay it with
 #   $FUZZ_DIR/tests/fuzz/<target> <artifact>
 set -uo pipefail
@@ -18,7 +22,8 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 JOBS=${JOBS:-$(nproc)}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
-FUZZ_TARGETS=(fuzz_batch_json fuzz_consumers fuzz_kv_decode)
+TSAN_DIR=${TSAN_DIR:-build-tsan}
+FUZZ_TARGETS=(fuzz_batch_json fuzz_consumers fuzz_kv_decode fuzz_attention fuzz_kv_codec)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -103,6 +108,21 @@ if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
     done
   else
     fail "libFuzzer build"
+  fi
+fi
+
+if [[ "${SKIP_TSAN:-0}" != 1 ]]; then
+  step "ThreadSanitizer build in $TSAN_DIR"
+  if cmake -S . -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DSPARSE_SWA_TSAN=ON \
+       -DSPARSE_SWA_CUDA=OFF -DSPARSE_SWA_BENCH=OFF -DSPARSE_SWA_CLI=OFF \
+       -DSPARSE_SWA_PYTHON=OFF >/dev/null &&
+     cmake --build "$TSAN_DIR" -j "$JOBS" --target sparse_swa_tests; then
+    step "concurrency tests under ThreadSanitizer"
+    TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+      "$TSAN_DIR/tests/sparse_swa_tests" --gtest_filter='Concurrent*' || fail "TSan concurrency tests"
+  else
+    fail "TSan build"
   fi
 fi
 

@@ -182,6 +182,20 @@ expect_error "unreadable file" 1 "$TMP/no_such.json: cannot read the batch file"
   build --input "$TMP/no_such.json"
 expect_error "directory as input" 1 "cannot read the batch file (it is a directory)" \
   build --input "$TMP"
+# Resource limits: a file past 256 MiB (sparse: nothing is written or read) and nesting past 64.
+truncate -s $((256 * 1024 * 1024 + 1)) "$TMP/huge.json"
+expect_error "batch file over the size limit" 1 \
+  "$TMP/huge.json: 268435457 bytes, more than the batch file limit of 268435456 bytes" \
+  build --input "$TMP/huge.json"
+python3 -c 'print("{\"config\": " + "[" * 65 + "]" * 65 + "}")' >"$TMP/deep.json"
+expect_error "JSON nested past the depth limit" 1 \
+  "$TMP/deep.json: JSON nested deeper than 64 levels (at byte 74)" build --input "$TMP/deep.json"
+printf '{"config": {"window_size": 1e999}}' >"$TMP/config_overflow.json"
+expect_error "check-config: a number past the double range" 1 \
+  "$TMP/config_overflow.json: malformed JSON: [json.exception.out_of_range.406] number overflow" \
+  check-config --consumer sparse_swa "$TMP/config_overflow.json"
+expect_error "check-config: nesting past the depth limit" 1 "JSON nested deeper than 64 levels" \
+  check-config --consumer sparse_swa "$TMP/deep.json"
 mutate table_error 'd["batch"]["seq_lens"][1] = 2.5'
 expect_error "table format, invalid input" 1 "batch.seq_lens[1]" \
   build --input "$TMP/table_error.json" --format table

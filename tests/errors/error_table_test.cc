@@ -299,6 +299,13 @@ const std::map<std::string, ApiCase>& api_cases() {
          return build_combined_prefill(step, {0, 2, 0, 10}, 1, {},
                                        {out.data(), lens.data(), 4, 128, 128, 0});
        }},
+      {"api_consumer_counts",
+       [] {
+         BaseStep s;
+         SwaMetadata md = s.md;
+         md.num_decodes = std::numeric_limits<int32_t>::max();
+         return combined_prefill_shape(md, {0, 1, 0, 10}, 0).status();
+       }},
       {"api_prefill_topk_range",
        [] {
          BaseStep s;

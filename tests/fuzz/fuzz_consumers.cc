@@ -211,7 +211,10 @@ struct OwnedStep {
       vec[i] = static_cast<std::remove_reference_t<decltype(vec[0])>>(fuzz_int(in, lo, hi));
     };
     const int32_t t = static_cast<int32_t>(token_to_req.size());  // the true count
-    switch (in.ConsumeIntegralInRange<int>(0, 22)) {
+    // 22 picks one of the later kinds too, so that older inputs keep their meaning.
+    int kind = in.ConsumeIntegralInRange<int>(0, 22);
+    if (kind == 22) kind += in.ConsumeIntegralInRange<int>(0, 3);
+    switch (kind) {
       case 0:
         poke(token_to_req, -2, 8);
         break;
@@ -279,8 +282,17 @@ struct OwnedStep {
       case 21:
         poke(block_table, -2, 5000);
         break;
-      default:
+      case 22:
         md.max_decode_query_len = fuzz_int(in, -1, 30);
+        break;
+      case 23:
+        md.num_reqs = fuzz_int(in, -2, 8);
+        break;
+      case 24:
+        md.max_model_len = in.ConsumeBool() ? fuzz_int(in, -1, 200) : in.ConsumeIntegral<int64_t>();
+        break;
+      default:
+        md.max_num_batched_tokens = fuzz_int(in, -1, 40);
         break;
     }
   }
@@ -315,7 +327,9 @@ Cache fuzz_cache(FuzzedDataProvider& in, int32_t num_reqs) {
   Cache c;
   c.cache.compress_ratio = pick_ratio(in);
   c.cache.block_size = in.ConsumeIntegralInRange<int32_t>(-1, 8);
-  const int64_t rows = std::max<int64_t>(num_reqs + in.ConsumeIntegralInRange<int>(-1, 1), 0);
+  // num_reqs may be corrupted: the table stays small (and too short for a huge count).
+  const int64_t rows = std::clamp<int64_t>(
+      int64_t{std::clamp(num_reqs, 0, 64)} + in.ConsumeIntegralInRange<int>(-1, 1), 0, 64);
   const int64_t cols = in.ConsumeIntegralInRange<int64_t>(0, 8);
   c.cache.block_table = fuzz_matrix(in, rows, cols, 300, &c.table);
   return c;
@@ -522,7 +536,10 @@ void fuzz_combined_prefill(FuzzedDataProvider& in, const ConsumerStep& step, boo
     chunk.start = fuzz_int(in, -1, 6);
     chunk.end = fuzz_int(in, -1, 7);
     chunk.compressed_width = fuzz_int(in, -1, 60);
-    chunk.total_width = chunk.compressed_width + fuzz_int(in, -1, 160);
+    const int32_t extra = fuzz_int(in, -1, 160);
+    // A large draw is squared: total_width is int64 and may pass int32.
+    chunk.total_width =
+        chunk.compressed_width + (extra > (1 << 20) ? int64_t{extra} * extra : extra);
   }
   std::vector<int32_t> pl;
   const int64_t topk =

@@ -115,7 +115,8 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
     return "metadata: chunk-plan constants differ from the config";
   }
 
-  // Split (§2.1): requests before the first one with query_len > theta are decodes.
+  // Split (docs/semantics.md#decode-and-prefill-split): requests before the first one with
+  // query_len > theta are decodes.
   int64_t first_prefill = num_reqs, max_query_len = 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     max_query_len = std::max(max_query_len, query_len(r));
@@ -135,7 +136,7 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
                 max_query_len, ", ", theta, ")");
   }
 
-  // Token mapping (§2.2) and validity (§2.3).
+  // Token mapping and validity (docs/semantics.md#token-mapping-and-validity).
   if (md.token_to_req_indices.size() != static_cast<size_t>(num_tokens) ||
       md.is_valid_token.size() != static_cast<size_t>(num_tokens)) {
     return "token_to_req_indices / is_valid_token: wrong size";
@@ -178,7 +179,7 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
     return "left_visible / right_visible: wrong size";
   }
 
-  // Rows (§2.4-§2.6).
+  // Rows (docs/semantics.md#causal-rows, #dspark-non-causal-rows).
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t r = request[t];
     const bool valid = b.slot_mapping[t] >= 0;
@@ -208,7 +209,7 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
     if (!err.empty()) return err;
   }
 
-  // Gather lens (§2.7) and the host copies of the chunk planner.
+  // Gather lens (docs/semantics.md#gather-lengths) and the host copies of the chunk planner.
   const int64_t rp = num_reqs - first_prefill;
   if (md.prefill_gather_lens.size() != static_cast<size_t>(rp) ||
       md.prefill_seq_lens_host.size() != static_cast<size_t>(rp) ||
@@ -226,7 +227,8 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
     }
   }
 
-  // Tile schedulers (§2.10): the config's layer types when there are decode tokens.
+  // Tile schedulers (docs/semantics.md#step-scalars): the config's layer types when there are
+  // decode tokens.
   const std::vector<std::string> names = md.tile_schedulers.sorted_names();
   const std::set<std::string> expected =
       td > 0 ? expected_layer_names(config) : std::set<std::string>{};

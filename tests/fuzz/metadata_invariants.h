@@ -1,5 +1,5 @@
 // An independent checker of one step's SWA metadata, written from the behaviour spec
-// (shared/reference/vllm_swa_semantics.md §2) without the library's formulas: the fuzz targets
+// (docs/semantics.md) without the library's formulas: the fuzz targets
 // use it to decide whether a successful build() is right. Every function returns "" when all
 // invariants hold, else a description of the first violation.
 #pragma once

@@ -1,11 +1,14 @@
-"""A DLPack producer that claims CUDA memory, for testing the binding's device handling on a
-machine without a GPU. Its data pointer is fake: use it only where the binding must reject the
-call before any device memory is touched."""
+"""DLPack producers that claim CUDA (or impossible host) memory, for testing the binding's device
+handling on a machine without a GPU. Their data pointer is fake: use them only where the binding
+must reject the call before any of that memory is touched."""
 
 import ctypes
 
+KDL_CPU = 1
 KDL_CUDA = 2
-_DTYPES = {"int32": (0, 32), "int64": (0, 64)}  # DLPack code 0 = signed int
+# DLPack codes: 0 signed int, 1 unsigned int, 2 float.
+_DTYPES = {"int32": (0, 32), "int64": (0, 64), "uint8": (1, 8), "uint16": (1, 16),
+           "float32": (2, 32)}
 
 
 class _DLDevice(ctypes.Structure):
@@ -39,12 +42,15 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 class FakeCudaArray:
-    def __init__(self, shape, dtype="int32", device_id=0):
+    device_type = KDL_CUDA
+
+    def __init__(self, shape, dtype="int32", device_id=0, strides=None):
         self._shape = (ctypes.c_int64 * len(shape))(*shape)
-        strides, step = [], 1
-        for n in reversed(shape):
-            strides.insert(0, step)
-            step *= n
+        if strides is None:  # C-contiguous, each wrapped into int64 as a C producer's would be
+            strides, step = [], 1
+            for n in reversed(shape):
+                strides.insert(0, (step + 2**63) % 2**64 - 2**63)
+                step *= n
         self._strides = (ctypes.c_int64 * len(shape))(*strides)
         self.device_id = device_id
         code, bits = _DTYPES[dtype]
@@ -52,14 +58,14 @@ class FakeCudaArray:
         self._dtype = _DLDataType(code, bits, 1)
 
     def __dlpack_device__(self):
-        return (KDL_CUDA, self.device_id)
+        return (self.device_type, self.device_id)
 
     def __dlpack__(self, stream=None, max_version=None, **kwargs):
         if max_version is not None:
             raise TypeError("only unversioned capsules")
         t = _DLManagedTensor()
         t.dl_tensor.data = 0x10000  # never dereferenced by the tests that use this class
-        t.dl_tensor.device = _DLDevice(KDL_CUDA, self.device_id)
+        t.dl_tensor.device = _DLDevice(self.device_type, self.device_id)
         t.dl_tensor.ndim = len(self._shape)
         t.dl_tensor.dtype = self._dtype
         t.dl_tensor.shape = self._shape
@@ -69,6 +75,13 @@ class FakeCudaArray:
         t.deleter = None
         self._tensors.append(t)
         return _capsule_new(ctypes.addressof(t), b"dltensor", None)
+
+
+class FakeHostArray(FakeCudaArray):
+    """The same fake claiming host memory: only for calls that must fail before reading it (a
+    shape whose element count or bytes overflow int64)."""
+
+    device_type = KDL_CPU
 
 
 def fake_cuda_batch(num_reqs=2, num_tokens=2, max_blocks=4, device_id=0):

@@ -8,6 +8,7 @@ import pytest
 
 import sparse_swa
 from conftest import batch_arrays, load_case
+from fake_dlpack import FakeHostArray
 
 CONFIG = dict(window_size=8, block_size=4, max_num_batched_tokens=16, max_num_seqs=4,
               max_model_len=64)
@@ -474,3 +475,47 @@ def test_objects_made_by_new_without_init_are_value_errors():
            "metadata: expected the SwaMetadata returned by build(), got one made by __new__")
     raises(ValueError, lambda: builder.update_draft_decode_rows(bare_md, *small_step()),
            "metadata: expected the SwaMetadata returned by build(), got one made by __new__")
+
+
+# --------------------------------------------------------------------------- resource limits
+
+HUGE = 2**40  # two such dimensions: 2**80 elements, past int64
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: sparse_swa.to_ragged(FakeHostArray([HUGE, HUGE]), np.zeros(1, np.int32)),
+         "indices: shape [1099511627776, 1099511627776] (itemsize 4) has more elements or bytes "
+         "than int64 can count"),
+        (lambda: sparse_swa.to_ragged(np.zeros((1, 1), np.int32), FakeHostArray([2**62])),
+         "lens: shape [4611686018427387904] (itemsize 4) has more elements or bytes"),
+        (lambda: sparse_swa.decode_kv(FakeHostArray([HUGE, HUGE], "uint8"), 64,
+                                      np.zeros(1, np.int64)),
+         "cache: shape [1099511627776, 1099511627776] (itemsize 1)"),
+        (lambda: sparse_swa.encode_kv(FakeHostArray([HUGE, HUGE], "uint8"), 64,
+                                      np.zeros((1, 512), np.float32), np.zeros(1, np.int64)),
+         "cache: shape [1099511627776, 1099511627776] (itemsize 1)"),
+        (lambda: sparse_swa.sparse_attention(FakeHostArray([HUGE, 128, 2**20], "uint16"),
+                                             np.zeros((1, 37440), np.uint8), 64,
+                                             np.zeros((1, 1), np.int32), np.zeros(1, np.int32)),
+         "q: shape [1099511627776, 128, 1048576] (itemsize 2)"),
+        (lambda: sparse_swa.MetadataBuilder(CONFIG).build(
+            FakeHostArray([2**62]), np.zeros(0, np.int32), np.zeros((0, 1), np.int32),
+            np.zeros(0, np.int64)),
+         "query_start_loc: shape [4611686018427387904] (itemsize 4)"),
+        (lambda: sparse_swa.MetadataBuilder(CONFIG).build(
+            np.zeros(1, np.int32), np.zeros(0, np.int32), FakeHostArray([0, 4], strides=[4, 1]),
+            FakeHostArray([-3], "int64")),
+         "slot_mapping: expected dimensions >= 0, got shape [-3]"),
+    ],
+)
+def test_arrays_whose_size_overflows_int64_are_value_errors_before_any_read(call, message):
+    raises(ValueError, call, message)
+
+
+def test_a_countable_array_past_the_address_space_still_fails_before_allocating():
+    # 2**55 slots fit int64 (2**58 bytes), but the [n, 512] float32 output would not.
+    raises(ValueError, lambda: sparse_swa.decode_kv(
+        np.zeros((1, 37440), np.uint8), 64, FakeHostArray([2**55], "int64")),
+        "slots: the output's shape [36028797018963968, 512] has more bytes than int64 can count")

@@ -3,12 +3,9 @@
 // Lists every dispatch tuple (heads, topk, page block, extra topk, extra page block) the config
 // can make the consumer's kernels see, each accepted or rejected; exit 1 naming the first
 // rejected tuple, so a deployment no kernel can serve fails before it starts.
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "commands.h"
@@ -25,29 +22,14 @@ struct CheckConfigOptions {
   DeploymentShape shape;
 };
 
-StatusOr<std::string> read_text(const std::string& path) {
-  if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return invalid_argument(path, ": cannot open the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) return invalid_argument(path, ": read failed");
-  return text.str();
-}
-
 // The file's "config" object, type-checked by the batch-file parser: a file without a "batch"
 // gets an empty one (no requests), since only the config matters here.
 StatusOr<BuilderConfig> read_config(const std::string& path) {
-  auto text = read_text(path);
+  auto text = read_json_text(path);  // the batch-file reader's size and depth limits
   SPARSE_SWA_RETURN_IF_ERROR(text.status());
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text.value());
-  } catch (const nlohmann::json::parse_error& e) {
-    return invalid_argument(path, ": malformed JSON: ", e.what());
-  }
+  auto parsed = parse_json_text(text.value(), path);
+  SPARSE_SWA_RETURN_IF_ERROR(parsed.status());
+  nlohmann::json doc = std::move(parsed).value();
   if (!doc.is_object() || !doc.contains("config")) {
     return invalid_argument(path, ": expected a JSON object with a \"config\" object");
   }

@@ -340,13 +340,61 @@ Status parse_chunk_plan_requests(const Json& v, std::vector<ChunkPlanRequest>* o
   return Status::Ok();
 }
 
-StatusOr<BatchFile> parse_named_raw(std::string_view text, std::string_view source) {
-  Json doc;
+Status check_file_size(uint64_t bytes, std::string_view source) {
+  if (bytes > kMaxBatchFileBytes) {
+    return invalid_argument(source, ": ", bytes, " bytes, more than the batch file limit of ",
+                            kMaxBatchFileBytes, " bytes (256 MiB)");
+  }
+  return Status::Ok();
+}
+
+// The nesting depth of arrays and objects, outside strings, without parsing: a document nested
+// deeper than kMaxJsonDepth is an error before nlohmann allocates a value per level.
+Status check_json_depth(std::string_view text, std::string_view source) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      }
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return invalid_argument(source, ": JSON nested deeper than ", kMaxJsonDepth,
+                                " levels (at byte ", i, ")");
+      }
+    } else if (ch == ']' || ch == '}') {
+      --depth;  // unbalanced brackets are the parser's to report
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> parse_json_text(std::string_view text, std::string_view source) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_file_size(text.size(), source));
+  SPARSE_SWA_RETURN_IF_ERROR(check_json_depth(text, source));
   try {
-    doc = Json::parse(text.begin(), text.end());
+    return Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {  // parse errors, and numbers past the double range
     return with_printable_message(invalid_argument(source, ": malformed JSON: ", e.what()));
   }
+}
+
+namespace {
+
+StatusOr<BatchFile> parse_named_raw(std::string_view text, std::string_view source) {
+  auto parsed = parse_json_text(text, source);
+  SPARSE_SWA_RETURN_IF_ERROR(parsed.status());
+  const Json doc = std::move(parsed).value();
   if (!doc.is_object()) {
     return invalid_argument(source, ": expected a JSON object with \"config\" and \"batch\", got ",
                             describe(doc));
@@ -512,24 +560,50 @@ OrderedJson batch_file_to_json(const BatchFile& f) {
   return out;
 }
 
-StatusOr<BatchFile> read_batch_file(const std::string& path) {
+StatusOr<std::string> read_json_text(const std::string& path) {
+  // In 1 MiB pieces, at most the limit plus one byte: a longer stream is seen to be too long.
+  auto read_capped = [](std::istream& in, std::string* text) {
+    std::vector<char> piece(size_t{1} << 20);
+    while (in && text->size() <= kMaxBatchFileBytes) {
+      in.read(piece.data(), static_cast<std::streamsize>(
+                                std::min(piece.size(), kMaxBatchFileBytes + 1 - text->size())));
+      text->append(piece.data(), static_cast<size_t>(in.gcount()));
+    }
+  };
   std::string text;
   if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    read_capped(std::cin, &text);
     if (std::cin.bad()) return invalid_argument(path, ": cannot read the batch file from stdin");
-    return parse_named(text, "<stdin>");
+  } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      return invalid_argument(path, ": cannot read the batch file (it is a directory)");
+    }
+    if (std::filesystem::is_regular_file(path, ec)) {
+      const uintmax_t size = std::filesystem::file_size(path, ec);
+      if (!ec) {
+        SPARSE_SWA_RETURN_IF_ERROR(check_file_size(size, path));
+        text.reserve(static_cast<size_t>(size));
+      }
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      return invalid_argument(path, ": cannot read the batch file (", std::strerror(errno), ")");
+    }
+    read_capped(in, &text);
+    if (in.bad()) return invalid_argument(path, ": cannot read the batch file (read error)");
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return invalid_argument(path, ": cannot read the batch file (it is a directory)");
+  if (text.size() > kMaxBatchFileBytes) {  // a stream, or a file that grew
+    return invalid_argument(path == "-" ? "<stdin>" : path, ": more than the batch file limit of ",
+                            kMaxBatchFileBytes, " bytes (256 MiB)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return invalid_argument(path, ": cannot read the batch file (", std::strerror(errno), ")");
-  }
-  text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) return invalid_argument(path, ": cannot read the batch file (read error)");
-  return parse_named(text, path);
+  return text;
+}
+
+StatusOr<BatchFile> read_batch_file(const std::string& path) {
+  auto text = read_json_text(path);
+  SPARSE_SWA_RETURN_IF_ERROR(text.status());
+  return parse_named(text.value(), path == "-" ? "<stdin>" : path);
 }
 
 StatusOr<std::vector<ChunkPlanResult>> run_chunk_plans(

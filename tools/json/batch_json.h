@@ -22,6 +22,12 @@
 
 namespace sparse_swa {
 
+// Resource limits of the reader, checked before the text is parsed (and, for a file whose size
+// is known, before it is read): larger files and deeper nesting are INVALID_ARGUMENT.
+inline constexpr size_t kMaxBatchFileBytes = size_t{256} << 20;  // 256 MiB
+// The format nests 5 levels deep (batch.image_spans["r"][i] = [start, end]).
+inline constexpr int kMaxJsonDepth = 64;
+
 // One entry of "chunk_plan_requests".
 struct ChunkPlanRequest {
   int32_t compress_ratio = 1;
@@ -55,14 +61,20 @@ struct BatchFile {
 // Parses and type-checks a batch file. Errors name the field path, the expected and the actual
 // value ("batch.seq_lens[1]: expected an integer, got 2.5"); malformed JSON gives nlohmann's
 // position message. Semantic rules (window coverage, spans vs seq_lens, ...) are the builder's.
+// Text over kMaxBatchFileBytes or nested deeper than kMaxJsonDepth is rejected before parsing.
 StatusOr<BatchFile> parse_batch_file(std::string_view json_text);
 
 // A batch file of `config` and a host batch (its arrays copied; no chunk plan requests).
 BatchFile batch_file_of(const BuilderConfig& config, const BatchInput& host_batch);
 // The file as the JSON parse_batch_file() reads: {"config", "batch", "chunk_plan_requests"}.
 nlohmann::ordered_json batch_file_to_json(const BatchFile& file);
-// Reads `path` ("-" = stdin) and parses it; every message starts with the path.
+// Reads `path` ("-" = stdin) and parses it; every message starts with the path. A file over
+// kMaxBatchFileBytes is rejected from its size, before it is read (stdin: once that much is read).
 StatusOr<BatchFile> read_batch_file(const std::string& path);
+// The text of `path` as read_batch_file() reads it, within kMaxBatchFileBytes.
+StatusOr<std::string> read_json_text(const std::string& path);
+// Any JSON document within the reader's limits (size, depth); `source` starts every message.
+StatusOr<nlohmann::json> parse_json_text(std::string_view text, std::string_view source);
 
 // Runs prefill_chunk_plan() for every request (host metadata only).
 StatusOr<std::vector<ChunkPlanResult>> run_chunk_plans(
