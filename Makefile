@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Thin wrappers over CMake. `make demo` and `make test` work on a fresh Debian machine: they
 # install the missing Debian packages (apt-get) first, and `make test` the Python packages (pip)
 # into a project virtual environment, .venv/ (Debian's own Python refuses pip installs outside

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode shapes.
 //
 // Method (bench/README.md#attention): fp8_ds_mla caches, attention sink on, random slots that no

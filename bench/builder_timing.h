@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timing harness of `sparse-swa bench`: MetadataBuilder::build() on the bench scenarios
 // (testing/scenarios.h), with the floors of any synchronised GPU step beside it. The CLI parses
 // the options and prints what this returns.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark timings, on the bench scenarios of testing/scenarios.h (the batch shapes of
 // the reference script's bench: W = 128, B = 256, compress ratios {1, 4, 128}, seq_len =
 // uniform(200, 8000) + query_len, random page ids in [0, 100000]), of

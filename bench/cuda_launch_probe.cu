@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one enqueue costs on the host, and enqueue + cudaStreamSynchronize end to end, for the
 // ways a builder step could be enqueued: a memset node, an empty kernel with a small or a
 // parameter block about the builder's size (runtime <<<>>> or the driver's cuLaunchKernel with a

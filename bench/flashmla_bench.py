@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """FlashMLA's sparse fp8 decode on the shapes of sparse_swa_attention_bench, timed the same way.
 
 The column beside ours in bench/README.md#attention: the package sgl-flash-mla (SGLang's build of

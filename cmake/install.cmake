@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # install() and export() of the library: headers (with the generated version.h), the static or
 # shared library, the CLI when built, and the CMake package sparse_swaConfig.cmake (+ its
 # version file) with the target sparse_swa::sparse_swa. The build tree is a package too

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plays an engine for a few steps on the GPU: sparse_swa's MetadataBuilder next to the
 reference builder (vLLM's sparse_swa.py through ../shared/anchors/vllm_swa_builder.py), both fed
 the same PyTorch CUDA tensors, their outputs compared field by field and the build times printed.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Adds the Apache-2.0 SPDX line to every tracked source file that lacks it:
 #   // SPDX-License-Identifier: Apache-2.0   (.h .cc .cu .cuh, version.h.in)
 #   # SPDX-License-Identifier: Apache-2.0    (.py .pyi .sh, CMake files, Makefile, .ci/run)

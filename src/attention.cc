@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse_attention's front end: shape, pointer and memory-space checks, then the backend (the
 // CPU reference in src/cpu/attention_reference.cc, the CUDA kernels in src/cuda/attention.cu).
 #include "sparse_swa/attention.h"

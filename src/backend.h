@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The entry points of the two backends, the one seam between the front ends and them. A front
 // end (src/*.cc, one per operation) checks every shape and memory space, plans on the host and
 // picks the backend from the memory space of the views: host views run cpu_*, the reference in

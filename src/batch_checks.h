@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side batch checks and the decode/prefill split, shared by the CPU and CUDA backends.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference's greedy prefill workspace chunk plan (host only).
 #include <algorithm>
 #include <limits>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sparse_swa/config.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumers' shape functions and the checks of shapes and memory spaces their front end
 // (consumers.cc) runs before either backend writes anything.
 #include "consumer_checks.h"

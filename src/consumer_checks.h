@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks of the consumers' arguments that the front end (consumers.cc) runs before either backend
 // writes anything: shapes, sizes and memory spaces, never the values inside device arrays.
 #pragma once

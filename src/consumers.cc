@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index consumers' front end: every shape, size and memory-space check, then the backend
 // the metadata's memory space picks (the CPU reference in src/cpu/, the CUDA kernels in
 // src/cuda/consumers.cu).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sparse_swa/index_view.h"
 
 namespace sparse_swa {

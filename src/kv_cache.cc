@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The KV cache's front end: page layouts, cache-view checks, and the codec's shape and
 // memory-space checks before the backend the cache's space picks (the CPU reference in
 // src/cpu/kv_codec.cc, the CUDA codec in src/cuda/kv_codec.cu).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MetadataBuilder's front end: the config check at create(); per step, every host check, the
 // split, the image spans, the scalars and the prefill host plan, once for both backends, and one
 // call into the backend (src/backend.h's BuilderRows) that writes the rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sparse MLA attention over the SWA cache and an optional second (compressed) cache: the
 // computation the SWA metadata feeds, at any head count 1..128 and any index width.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One step's batch, as the engine's scheduler hands it over (decode requests first).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Builder configuration: validated once, at construction; everything derived from it lives here.
 #pragma once
 

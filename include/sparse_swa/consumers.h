@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Index consumers: the matrices each sparse-attention kernel family reads, built from the SWA
 // metadata of a step (and an indexer's compressed top-k). One spec, two backends: host views run
 // the CPU reference, device views run the CUDA kernels, and the two agree bit for bit. The memory

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owned copies between host and device memory for batches and metadata: what the CLI, the
 // tests and the benchmarks need to drive the CUDA backend from host data. Engines that already
 // hold device tensors do not need these.

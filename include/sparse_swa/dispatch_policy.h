@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dispatch-width policy: what a consumer kernel accepts, so that the producer emits exactly the
 // widths the consumer can run (a width the kernel library never instantiated aborts inside it)
 // and a configuration that no kernel can serve fails at start-up, naming the shape

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Views over index matrices and plain matrices. A view carries its own shape, so a consumer
 // never pairs a pointer with a width passed beside it: reshaping DSpark rows with the window
 // instead of their width is the failure this rules out (docs/semantics.md#window-and-width).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The DeepSeek-V4 SWA / compressed KV cache: page layouts, a checked view of a paged cache and
 // the codec that writes rows into it and reads them back (CPU reference and CUDA, bit-exact).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-step SWA metadata: the reference's DeepseekSparseSWAMetadata fields as views into
 // the builder's persistent buffers. Valid until the builder's next build(). What each field means:
 // docs/semantics.md#output-fields.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-step SWA metadata builder. One spec, two backends: the CPU backend is the reference,
 // the CUDA backend must match it bit for bit.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SwaMetadata's fields in one list, in the order of the reference's metadata, for the code that
 // walks all of them: the host copy (copy_metadata_to_host), the tests' snapshots and diffs, the
 // JSON contract (tools/json), the CLI table and the Python module. A new field is a member in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status and StatusOr: every fallible library call returns one of these instead of throwing,
 // aborting or trapping. Messages name the field, the expected and the actual value.
 #pragma once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sparse_swa: DeepSeek-V4 sparse sliding-window attention (SWA) metadata over a paged KV cache.
 
 A thin binding of the C++/CUDA library, a drop-in for vLLM's DeepseekSparseSWAMetadataBuilder::

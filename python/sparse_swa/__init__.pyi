@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Type stubs for sparse_swa (see __init__.py for the array and lifetime rules). Where an int,
 bool or float is annotated, the numpy scalar of that kind is taken too."""
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Caller arrays in: any DLPack producer (numpy, torch, cupy, jax) is taken without a copy and
 // checked for dtype, rank, unit inner stride and device. Mismatches raise ValueError naming the
 // argument; shapes and values are the library's to check.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Library memory out: views wrapped as arrays of the caller's framework without a copy. The
 // `owner` object (the Python MetadataBuilder) is kept alive by every array that aliases it.
 #pragma once

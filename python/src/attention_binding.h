@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The KV cache codec and the sparse attention for Python, on host (numpy) arrays: page_layout,
 // encode_kv, decode_kv and sparse_attention (CPU backend; device arrays raise
 // NotImplementedError for now).

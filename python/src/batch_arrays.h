@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One call's batch arrays: the caller's objects as given, and their checked zero-copy views.
 #pragma once
 

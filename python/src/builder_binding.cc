@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "builder_binding.h"
 
 #include <nanobind/stl/string.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MetadataBuilder for Python: build() on numpy/torch/cupy/jax arrays, the CPU backend for host
 // arrays and the CUDA backend for device arrays, each created on first use.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BuilderConfig for Python: a class with the JSON config's field names, and dict conversion.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The index consumers for Python (SWA-only forms on host metadata): md.mixed_matrix(),
 // md.combined_prefill(...) and sparse_swa.to_ragged(indices, lens). Outputs are new numpy arrays
 // the caller owns (the library writes into them through views).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SwaMetadata for Python: the reference DeepseekSparseSWAMetadata's field names over arrays that
 // alias the builder's persistent buffers (valid until that builder's next build()).
 #pragma once

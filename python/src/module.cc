@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The _sparse_swa extension: a thin binding of the sparse_swa library (see sparse_swa/__init__.py).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>

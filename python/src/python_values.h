@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python scalars and strings in, with ValueErrors that name the field ("FIELD: expected ...,
 // got ..."), and safe text of Python objects for messages.
 #pragma once

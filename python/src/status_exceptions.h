@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Library Status -> Python exception. The message is the library's, unchanged.
 #pragma once
 

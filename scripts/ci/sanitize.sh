@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sanitizer CI (`make sanitize`, CONTRIBUTING.md), CPU only. Exits non-zero when any step fails;
 # runs every step anyway.
 #   1. build-asan/: the library, CLI and tests with AddressSanitizer + UndefinedBehaviorSanitizer

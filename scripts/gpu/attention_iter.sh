@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One GPU iteration of the attention kernel work, run on the GPU machine from the repo root:
 #   scripts/gpu/attention_iter.sh [STAGES...]
 #   stages: tests bench flashmla ablate ncu ncusrc sanitize (default: tests bench ncu sanitize)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Side-by-side bench on the GPU machine: the reference builder once, then `sparse-swa bench` of
 # .gpu-bin/sparse-swa and of every binary in .gpu-bin/variants/ (scripts/gpu/build_variants.sh),
 # each twice, alternating, so that drift between them shows. JSON results go to $OUT.

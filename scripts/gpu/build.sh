@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the binaries the GPU check runs (here, on the CPU machine; nvcc needs no GPU) and puts
 # them, stripped, into .gpu-bin/ (small enough for a 64 MiB transfer), and copies ../shared (the
 # reference builder the GPU check runs) into .shared/. Both folders are ignored by git; carry both.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds extra `sparse-swa` binaries for a side-by-side bench on the GPU machine (scripts/gpu/
 # bench_variants.sh), into .gpu-bin/variants/NAME:
 #   scripts/gpu/build_variants.sh NAME=CUDA_FLAGS ...   (e.g. fastmath=--use_fast_math)

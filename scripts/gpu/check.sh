@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU check, run on the GPU machine from the repo root (CONTRIBUTING.md#gpu-checks):
 #   scripts/gpu/check.sh [STAGES...]
 #   stages: info tests refdiff bench python sanitize (default: all, in that order)

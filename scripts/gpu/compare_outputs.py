@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Compares two files of JSON lines (the reference script's `run` output and ours, one object
 per batch, same order) field by field; prints the first differences and a summary line.
 

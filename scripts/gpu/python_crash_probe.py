@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Probe for the GPU machine: one CPU build through the Python module (a five-request prefill
 batch, docs/semantics.md#example-5-more-golden-cases),
 optionally after importing torch, to locate a crash; run under cuda-gdb for a native trace."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes random, valid batch files (the `sparse-swa build` JSON format) covering every mode:
 plain decode, MTP, parallel drafting, DSpark non-causal drafts, chunked prefill, image spans,
 invalid tokens inside requests, q = 0 padding requests and trailing CUDA-graph padding.

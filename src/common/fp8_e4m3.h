@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar conversions of the KV cache formats, shared by the CPU codec and the CUDA kernels so
 // that both produce the same bits: OCP fp8 e4m3 (saturating, round-to-nearest-even), bf16
 // (round-to-nearest-even) and the UE8M0 power-of-two scale bytes of fp8_ds_mla.

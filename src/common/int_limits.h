@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integer limits shared by both backends (host and device code).
 #pragma once
 

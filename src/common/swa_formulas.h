@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-token formulas shared by the CPU reference and the CUDA kernels (one spec, two backends).
 // Positions are absolute token positions of a request; windows are half-open [start, end).
 #pragma once

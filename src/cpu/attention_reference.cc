@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference of the sparse attention: double accumulation over keys decoded with the
 // reference codec (the semantics are include/sparse_swa/attention.h's).
 #include <cmath>

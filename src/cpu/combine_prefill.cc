@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FlashMLA sparse prefill, CPU: workspace-relative rows (compressed top-k then SWA) of one chunk.
 #include <algorithm>
 #include <vector>

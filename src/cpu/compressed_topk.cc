@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compressed top-k -> global compressed slots (C2A/C4A) and the C128A pass-through, CPU.
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cpu/consumer_rows.h"
 
 #include "common/int_limits.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host helpers of the CPU consumers: a token's window checked against the batch, and the
 // compressed-slot mapping (the CUDA kernels in src/cuda/consumers.cu apply the same rules).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference backend of MetadataBuilder: plain loops over the shared formulas.
 #include <algorithm>
 #include <memory>

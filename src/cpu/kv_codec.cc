@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference codec (the layouts are include/sparse_swa/kv_cache.h's).
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The FlashInfer SM100 mixed matrix [T, S + P], CPU: SWA section then compressed section.
 #include <algorithm>
 #include <vector>

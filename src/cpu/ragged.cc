@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ragged (CSR) form of an index view, CPU (for the ROCm AITER kernels).
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA sparse attention: the entry point and the general kernel. On sm_90a devices, calls whose
 // segments are all fp8_ds_mla caches go to the tensor-core kernel (attention_ds_mla.cu); the rest
 // (bf16 and fp8_e4m3 caches, mixes, every cache on other devices) run here (overview in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sparse MLA attention on the tensor cores for fp8_ds_mla caches, sm_90a only (the semantics are
 // include/sparse_swa/attention.h's, the CPU reference src/cpu/attention_reference.cc; overview in
 // docs/design.md#attention-kernels).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tensor-core sparse attention over fp8_ds_mla caches (src/cuda/attention_ds_mla.cu): its
 // plan and launcher. Plain C++ apart from the stream type.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA versions of the index consumers (src/cpu/: the reference they match bit for bit).
 // One warp per output row; every read is bounds-checked against the shapes the host checked, and
 // a row whose metadata is inconsistent (the CPU reports an error) becomes -1 with lens 0, so no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend of MetadataBuilder: the persistent device buffers and one kernel launch per
 // step (the front end, src/metadata_builder.cc, has done the host checks and planning).
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cuda/cuda_utils.h"
 
 namespace sparse_swa::detail {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA plumbing shared by every CUDA source and the CUDA tests: CUDA errors as a Status, the
 // launch check, device and pointer checks, owned device and pinned buffers, warp helpers.
 // Host parts are plain C++ with the CUDA runtime; the warp helpers only exist under nvcc.

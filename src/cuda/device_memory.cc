@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device memory entry points for src/device_copies.cc.
 #include <cuda_runtime.h>
 

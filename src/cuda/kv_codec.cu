@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA codec: one warp per row, the same scalar conversions as the CPU reference
 // (common/fp8_e4m3.h), so both write the same bytes. Out-of-range slots are skipped and counted.
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one per-step kernel of the CUDA metadata builder: every per-token output in one launch. A
 // warp takes one decode token, one DSpark draft request (its rows are all alike) or a run of
 // prefill tokens. A warp's rows cost two rounds of dependent loads: the request (hinted by the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one per-step kernel of the CUDA metadata builder: every per-token output in one launch.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metadata kernel launched with no rows to write, for the launch probes of bench/.
 #include <cuda_runtime.h>
 

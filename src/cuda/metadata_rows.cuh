@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device helpers of the metadata kernel (metadata_kernel.cu): a token's request, and index rows
 // written from a block-table row. Warp-level: every function with a `lane` runs on all 32 lanes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin wrappers over the sm_80+ PTX the tensor-core kernels use: asynchronous global -> shared
 // copies, ldmatrix and the m16n8k16 bf16 MMA with fp32 accumulators. Fragment layouts are the
 // PTX ISA's (a thread's lane l holds row l / 4 and columns 2 * (l % 4) + {0, 1} of each 8x8 piece).

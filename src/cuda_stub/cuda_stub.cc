@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA entry points of src/backend.h in a CPU-only build (SPARSE_SWA_CUDA=OFF or no nvcc):
 // no device, and every call returns UNAVAILABLE. CUDA builds link src/cuda/ instead.
 #include "backend.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA sparse attention vs the CPU reference on random data (never zeros) over a sample of
 // heads x widths x extra widths x page sizes x batches x cache dtypes, outputs poisoned first.
 // Tolerance, elementwise: |cuda - ref_double| <= 2 * |ref_float - ref_double| + 1e-3, where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference of the sparse attention: hand-checkable cases, dense attention computed
 // directly in the test, the mixed single-matrix form, -1 holes, garbage past the length, sinks
 // and the error messages.

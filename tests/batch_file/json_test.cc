@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON batch format and the JSON metadata writer (tools/json/batch_json.h).
 //
 // examples/batches/<case>.json + <case>.expected.json: mixed_mtp and dspark_draft are the

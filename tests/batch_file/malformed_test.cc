@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Malformed batches and configs through the path of `sparse-swa build` (JSON reader, config
 // validation, CPU builder, chunk plans), table-driven: every case must give the right status
 // code and a message that starts with the field and names it (docs/errors.md). Also the integer

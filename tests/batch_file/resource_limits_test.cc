@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The batch-file reader's resource limits (json/batch_json.h): a file larger than
 // kMaxBatchFileBytes and JSON nested deeper than kMaxJsonDepth are INVALID_ARGUMENT before the
 // text is parsed (a file's size before it is read).

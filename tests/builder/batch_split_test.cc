@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decode/prefill split of the host copies (batch_checks.h), including the decode query length
 // the CUDA kernel takes as a hint, against its definition on hand-made and random batches.
 #include <gtest/gtest.h>

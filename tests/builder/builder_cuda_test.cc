@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA metadata builder vs the CPU reference: bitwise equality on random batches of every mode,
 // CUDA-graph capture and replay after in-place updates, stale host splits, device-side checks.
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Edge cases of docs/semantics.md (windows on block edges, short and exact-W sequences, padding,
 // mixed steps, DSpark blocks, image spans, the draft update) and its departures from the
 // reference, each with rows computed by hand (or from slot(r, p) = page[p / B] * B + p % B).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One test per malformed-batch error (docs/errors.md): each checks the status code, that the
 // message names the field, the expected and the actual value, and that nothing was written
 // (the previous build's outputs and the persistent buffers are unchanged).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Golden vectors of docs/semantics.md#worked-examples (examples 1-5). Every expected value below
 // is written out by hand from the rules there (slot(r, p) = bt_r[p / B] * B + p % B), never
 // produced by this library.

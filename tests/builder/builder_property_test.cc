@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Randomized property tests over thousands of seeded batches from RandomBatch (every mode).
 // The expectations are recomputed here from the definitions of docs/semantics.md (split to
 // step scalars), not with the library's formulas: a linear scan for a token's request, windows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prefill_chunk_plan: the greedy workspace plan (docs/semantics.md#prefill-chunk-plan), on
 // hand-made prefill metadata with hand-computed plans.
 //   area = chunk * (cdiv(max_model_len, ratio) if compressed + W + max_num_batched_tokens)

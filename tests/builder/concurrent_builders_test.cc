@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU backend's thread-safety contract: a MetadataBuilder is one object with its own
 // buffers, used by one thread at a time; different builders may run in different threads at
 // once, reading the same (unchanging) batch and config; the consumers, the codec and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The sparse-swa CLI end to end: the JSON contract on the shipped cases, exit codes (0 ok,
 # 1 invalid input with "sparse-swa: error: ..." on stderr, 2 usage), demo and table output.
 # Env: SPARSE_SWA_CLI (the binary), SPARSE_SWA_EXAMPLES (the example batch files and their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BuilderConfig validation (one error per field, message names it) and the derived values:
 // decode threshold, prefill width, the DSpark non-causal width rule and the layer types.
 #include "sparse_swa/config.h"

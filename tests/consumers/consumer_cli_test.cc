@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `sparse-swa build --consumer NAME`: the consumer JSON (tools/json/consumer_json.h) on the
 // shipped batch files, through the same calls the CLI makes (read_batch_file, a CPU builder,
 // consumer_to_json). Expected values are the golden vectors of

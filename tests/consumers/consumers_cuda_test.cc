@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA index consumers vs the CPU reference: bitwise equality of every output (poisoned first,
 // stride padding included) on thousands of random batches, masking of out-of-range inputs
 // without faults, and capture into a CUDA graph (the launchers never synchronise).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Index consumers (CPU reference): golden vectors of docs/semantics.md#worked-examples (examples
 // 1 and 5), one regression test per width, threshold or stride failure a consumer can hit
 // (docs/semantics.md#window-and-width), error paths, and randomized property tests against the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dispatch-width policy: choose_width, the built-in policies and validate_config.
 #include "sparse_swa/dispatch_policy.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Caller-supplied metadata whose counts are inconsistent (with each other, with the arrays or
 // with int32) is an error before any arithmetic on them, in every consumer. Each test names the
 // overflow it guards against; run under SPARSE_SWA_SANITIZE=ON to see UBSan stay quiet.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The builder's DSpark row width chosen through a consumer's dispatch policy, so the producer
 // writes exactly the width the consumer kernel is instantiated for
 // (docs/semantics.md#dspark-width).

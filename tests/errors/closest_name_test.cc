@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // closest_name(): the "did you mean" hint of unknown-field errors (batch files and Python).
 #include <gtest/gtest.h>
 

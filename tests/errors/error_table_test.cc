@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The error table of docs/errors.md. tests/data/errors/cases.json lists every error the library
 // returns, each with the exact code and message; a case is either a batch file
 // (tests/data/errors/inputs/<id>.json, run like `sparse-swa build`: reader, config, builder,

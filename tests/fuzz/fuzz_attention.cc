@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the sparse attention front end (attention.h), CPU backend. Each input
 // picks token and head counts, q, one or two cache views (dtype, block size, page stride,
 // alignment, block count), index views (rows, width, stride, lens, values including < -1 and

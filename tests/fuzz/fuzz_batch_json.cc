@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: arbitrary bytes -> the JSON batch reader -> the CPU builder -> the chunk
 // plans -> the JSON writer, the path of `sparse-swa build`. Every input must end either in an
 // INVALID_ARGUMENT whose message starts with the field path, or in metadata that the independent

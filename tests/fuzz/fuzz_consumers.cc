@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the index consumers (consumers.h), host backend. Each input describes a
 // small valid step (config + batch, built by the CPU builder), optionally corrupts copies of the
 // metadata and batch arrays (the consumers document errors for metadata the builder would have

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the KV codec front end (kv_cache.h), host backend: encode_kv_rows,
 // encode_kv_rows_bf16 and decode_kv_rows with fuzzed cache views (dtype, block size, page
 // stride, alignment, block count, null data), row views (rows, cols, stride, null data), slots

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the KV cache codec (kv_cache.h), host backend.
 //  1. decode_kv_rows over a cache view of fuzzed shape whose pages hold fuzzed bytes, with fuzzed
 //     slots and output shape: an error, or every row equal (bit for bit, NaN as NaN) to an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An independent checker of one step's SWA metadata, written from the behaviour spec
 // (docs/semantics.md) without the library's formulas: the fuzz targets
 // use it to decide whether a successful build() is right. Every function returns "" when all

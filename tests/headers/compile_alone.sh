@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # compile_alone.sh CXX INCLUDE_DIR GENERATED_INCLUDE_DIR UNIT.cc...: each unit (one public
 # header's #include) through CXX -fsyntax-only with -Wall -Wextra -Wpedantic -Werror.
 set -u

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA codec vs the CPU reference codec: the same cache bytes and the same decoded floats, bit
 // for bit, for every dtype and page size (edge values included); out-of-range slots are skipped
 // and counted rather than faulting.

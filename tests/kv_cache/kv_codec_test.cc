@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The KV cache spec and the CPU reference codec: page layouts, the scalar conversions against
 // hand-computed bytes, per-tile round-trip bounds, exact scale bytes, padding, caller strides,
 // 64-bit page offsets and the error messages.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # package_test.sh MODE BUILD_DIR SOURCE_DIR WORK_DIR EXPECTED
 #   find_package:     installs BUILD_DIR into WORK_DIR/prefix, then configures the consumer
 #                     (tests/package/consumer) with CMAKE_PREFIX_PATH there;

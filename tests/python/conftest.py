@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the sparse_swa Python tests (numpy on the CPU backend)."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DLPack producers that claim CUDA (or impossible host) memory, for testing the binding's device
 handling on a machine without a GPU. Their data pointer is fake: use them only where the binding
 must reject the call before any of that memory is touched."""

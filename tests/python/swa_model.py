@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small, independent Python model of docs/semantics.md's rules: causal and DSpark rows, the
 decode/prefill split, gather lens and the chunk plan. Used to check the binding's outputs on
 random batches."""

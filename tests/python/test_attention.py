@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The KV cache codec and the sparse attention through Python (host numpy arrays, CPU backend)."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """get_prefill_chunk_plan: the reference's greedy workspace plan, golden and randomized."""
 
 import random

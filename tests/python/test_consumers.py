@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The SWA-only index consumers through Python: to_ragged, md.mixed_matrix(),
 md.combined_prefill(), golden values of docs/semantics.md example 1
 (examples/batches/mixed_mtp.json)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every error class through Python: ValueError naming the field for invalid input (config,
 batch values, array dtype/rank/layout/device), NotImplementedError, RuntimeError."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/engine_step.py needs torch and a CUDA GPU; without them it must stop with a clear
 message and exit status 2 (it is run for real on the GPU machine)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Property-based fuzzing of every public function of the binding (Hypothesis): random dtypes,
 shapes, strides (sliced, transposed, negative, misaligned, read-only), devices (fake CUDA
 arrays on a machine without one, host arrays whose size overflows int64), None, scalars and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The golden examples (examples/batches/*.json, produced by vLLM's builder or by hand, see
 docs/semantics.md#worked-examples) through Python: every field of each *.expected.json is
 compared."""

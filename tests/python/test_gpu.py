@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU checks (`scripts/gpu/check.sh python`): PyTorch CUDA tensors in, the CUDA backend,
 outputs that are device pointers into persistent buffers, results equal to the CPU path. Skipped
 without torch or a CUDA device; the torch CPU test runs wherever torch is installed."""

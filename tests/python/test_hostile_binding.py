@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile but plausible input to the Python binding: strings C++ cannot take as they are, stale
 metadata, empty host copies, cache views narrower than a page, huge or misaligned arrays and
 numpy scalars / None where a value is expected. Every case is a ValueError naming the argument

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile-but-plausible input through Python (CPU backend): inputs a caller can get wrong
 or write behind the library's back. Each must give a ValueError naming the field, or the result
 an untouched call gives; never a crash or wrong rows."""

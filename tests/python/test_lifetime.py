@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Aliasing and lifetime: outputs alias the builder's persistent buffers (valid until its next
 build), keep the builder alive, and copy() detaches them."""
 

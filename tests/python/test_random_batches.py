@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Randomized differential test: builds on random batches (MTP, DSpark draft, padding, capacity
 block tables) against the independent Python model in swa_model.py, every field."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shipped type stubs (__init__.pyi, py.typed) match the module: every stub name exists,
 and every public name of the module and its classes is in the stub."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """update_draft_decode_metadata / update_draft_decode_rows: the DSpark draft step's in-place
 recompute of the decode rows as causal rows of the logical window W (never the row width)."""
 

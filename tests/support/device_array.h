@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test helpers for the CUDA suites: skipping without a device, and an owned device array (a
 // DeviceBuffer of src/cuda/cuda_utils.h that reports failures as test failures).
 #pragma once

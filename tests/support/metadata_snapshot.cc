@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "support/metadata_snapshot.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host copies of a build's outputs, to compare two builds (or two backends) field by field and
 // to check that a failed build wrote nothing.
 #pragma once

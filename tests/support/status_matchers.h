@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gtest helpers for Status / StatusOr and for creating builders in tests.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa attend [--backend cpu|cuda] [--heads H] [--decode-requests D] ...
 // End to end on random data: fill a paged KV cache with the codec, build one step's SWA
 // metadata with MetadataBuilder, run the sparse attention over its decode and prefill rows

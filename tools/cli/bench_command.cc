@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE] [--write-batches DIR]
 // Times build() on the scenarios of the reference script's `bench` (W = 128, block 256) with the
 // harness of bench/builder_timing.h: synchronised wall time, host time until build() returns,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa build BATCH.json [MORE.json ...] [--backend cpu|cuda] [--format json|table]
 //                  [--consumer NAME [--heads H]]        (--input BATCH.json works too)
 // Builds one step's metadata from each batch file; JSON goes to stdout, one line per file, in

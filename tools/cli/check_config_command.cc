@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa check-config --consumer NAME CONFIG.json [--heads H] [--attn-block-size N]
 //                         [--indexer-topk K]
 // Lists every dispatch tuple (heads, topk, page block, extra topk, extra page block) the config

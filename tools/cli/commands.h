@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sparse-swa subcommands. Each lives in its own file (tools/cli/<name>_command.cc) and
 // registers itself with add_<name>_command(app, &exit_code); its callback stores the process
 // exit code. A new subcommand adds its declaration here and one call in main.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa demo [--backend cpu|cuda]
 // Three consecutive steps of one small engine (a DSpark speculative model with a vision
 // encoder), built by one builder from embedded data and printed for a newcomer.

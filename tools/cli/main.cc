@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sparse-swa: DeepSeek-V4 sparse sliding-window attention metadata from the command line.
 //   sparse-swa build BATCH.json [...] [--backend cpu|cuda] [--format json|table]
 //                    [--consumer NAME [--heads H]]           (or --input BATCH.json)

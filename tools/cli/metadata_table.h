@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The human-readable form of one built step, shared by `build --format table` and `demo`.
 #pragma once
 

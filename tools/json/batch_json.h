@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON batch format of `sparse-swa build` (docs/semantics.md#batch-files) and the JSON form
 // of the metadata it prints. Shared by the CLI, the tests and the fuzzers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSON of the consumer-side matrices of one step; see consumer_json.h.
 #include "json/consumer_json.h"
 

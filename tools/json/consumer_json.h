@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON form of one step's consumer-side matrices (`sparse-swa build --consumer NAME`): the
 // mixed matrix, the ragged (CSR) forms, the FlashMLA combined prefill rows and the dispatch
 // check, all computed by the consumer API (sparse_swa/consumers.h) on host metadata.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What `sparse-swa build` does with one batch file, shared by the CLI, the tests and the
 // benchmarks: parse, build on a backend (CUDA: device copies in, the metadata copied back, the
 // device error taken), run the file's chunk plan requests and write the JSON contract.

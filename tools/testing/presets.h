@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Builder configs shared by the tests, the benchmarks and the CLI: a small config with its
 // capacities set, the speculative and vision variants of one, and the reference bench's config.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RandomBatch: seeded, deterministic generator of valid (config, batch) pairs covering every mode
 // the builder supports, for property tests and CPU-vs-CUDA differential tests.
 //

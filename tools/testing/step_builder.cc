@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "testing/step_builder.h"
 
 namespace sparse_swa::testing {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One builder of either backend, driven from host batches: the CUDA backend gets a device copy
 // of each batch and its metadata is copied back, so callers always see host metadata.
 #pragma once

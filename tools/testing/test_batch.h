@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TestBatch: owned storage for one step's BatchInput, described request by request.
 //
 //   TestBatch b(/*block_size=*/4);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Builds one step's metadata with the CPU builder and prints the version and the decode lens:
 // two decode requests of 3 and 10 tokens, window 4 -> lens 3 and 4.
 #include <cstdint>
