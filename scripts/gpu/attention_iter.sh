@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # One GPU iteration of the attention kernel work, run on the GPU machine from the repo root:
 #   scripts/gpu/attention_iter.sh [STAGES...]
-#   stages: tests bench flashmla ablate ncu ncusrc sanitize (default: tests bench ncu sanitize)
+#   stages: tests bench variants flashmla ablate profile ncu ncusrc sanitize
+#   (default: tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).
 # Logs go to $OUT; the tail of each step is printed.
 set -uo pipefail
@@ -26,6 +27,15 @@ if has bench; then
   timeout 300 "$B/sparse_swa_attention_bench" --json "$OUT/attention_bench.json" \
     2>&1 | tee "$OUT/attention_bench.txt"
 fi
+if has variants; then
+  # Development builds of the bench with other pipeline depths (SPARSE_SWA_ATTENTION_STAGES).
+  for v in "$B"/variants/attention_bench_*; do
+    [[ -x $v ]] || continue
+    echo "== $(basename "$v")"
+    timeout 200 "$v" --json "$OUT/$(basename "$v").json" 2>&1 | tee "$OUT/$(basename "$v").txt" |
+      grep -E "^[a-z0-9_]+ +[0-9]+ "
+  done
+fi
 if has flashmla; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --json "$OUT/flashmla.json" \
@@ -37,6 +47,16 @@ if has ablate; then
     printf "ablate %2s: " "$ab"
     SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/sparse_swa_attention_bench" --only \
       "${ABLATE_SHAPE:-flash_h64_b64}" --runs 10 | tail -1
+  done
+fi
+if has profile; then
+  # Per-role cycle accounts of the profile build (.gpu-bin/attention_bench_profile, built with
+  # -DSPARSE_SWA_ATTENTION_PROFILE): bit 16 prints them, 64 / 128 leave the decode's shared-memory
+  # stores / reads out.
+  for ab in ${PROFILE_BITS:-16 80 144 208}; do
+    echo "profile ablate $ab:"
+    SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/attention_bench_profile" --only \
+      "${ABLATE_SHAPE:-flash_h64_b64}" --runs 5 2>&1 | grep -E "^profile|^flash|^pro_|^swa|^tp|^mtp"
   done
 fi
 if has ncu; then

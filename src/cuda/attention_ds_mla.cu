@@ -51,9 +51,19 @@ namespace {
 constexpr int kKeys = 32;        // keys per tile
 constexpr int kGroupHeads = 64;  // heads per CTA (fewer: zero rows, skipped where possible)
 constexpr int kThreads = 512;    // 4 warpgroups: producer, QK, PV, PV
-constexpr int kKStages = 2;      // decoded K tiles in shared memory
-constexpr int kRawStages = 4;    // gathered tiles in flight (raw rows), 3 ahead of the decode
-constexpr int kPBufs = 2;        // P tiles between QK and PV
+// Pipeline depths. SPARSE_SWA_ATTENTION_STAGES=KRP (three digits: K stages, raw stages, P
+// buffers) overrides them in development builds (bench/README.md#variant-log); shared memory
+// allows 242 (the default), 331 or 322.
+#if defined(SPARSE_SWA_ATTENTION_STAGES)
+constexpr int kStageConfig[3] = {SPARSE_SWA_ATTENTION_STAGES / 100,
+                                 SPARSE_SWA_ATTENTION_STAGES / 10 % 10,
+                                 SPARSE_SWA_ATTENTION_STAGES % 10};
+#else
+constexpr int kStageConfig[3] = {2, 4, 2};
+#endif
+constexpr int kKStages = kStageConfig[0];       // decoded K tiles in shared memory
+constexpr int kRawStages = kStageConfig[1];     // gathered tiles in flight, kRawStages - 1 ahead
+constexpr int kPBufs = kStageConfig[2];         // P tiles between QK and PV
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
 constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
@@ -78,6 +88,7 @@ constexpr int kValidRawOff = kValidKOff + kKStages * 4;                   // [4]
 constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers, below
 constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
 constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
+static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
               "swizzled tiles need 1024-byte bases");
 
@@ -95,6 +106,9 @@ struct Segment {
   int32_t width;
   uint32_t num_slots;  // clamped to 2^31: an int32 slot id >= it is out of range either way
   uint32_t block_size;
+  // idx / block_size for idx < 2^31 as (idx * block_magic) >> block_shift (block_divider()).
+  uint64_t block_magic;
+  uint32_t block_shift;
   const uint8_t* cache;  // [num_blocks, page_stride] bytes
   int64_t page_stride;
 };
@@ -122,8 +136,16 @@ struct Args {
 // 16: per-role cycle accounts (RoleClock, profile builds only), printed after an eager call.
 constexpr int kMaxProfiledCtas = 1024;
 // 32: PV uses P's bf16 hi part only (measures what the lo part costs in time and accuracy).
+// 64 / 128: the decode keeps its conversions but skips its shared-memory stores / reads (codes
+// made up from the thread and tile instead), to tell the three costs apart; profile builds only.
 [[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
-                               kTimeline = 16, kAblatePLo = 32;
+                               kTimeline = 16, kAblatePLo = 32, kAblateDecodeStores = 64,
+                               kAblateDecodeReads = 128;
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+constexpr bool kDecodeAblations = true;
+#else
+constexpr bool kDecodeAblations = false;  // bits 64 and 128 cost nothing outside profile builds
+#endif
 
 // Per-role cycle accounts (development: built with -DSPARSE_SWA_ATTENTION_PROFILE, switched on
 // by ablation bit 16): one thread of each role adds the cycles between laps into slots and stores
@@ -190,34 +212,46 @@ struct Cta {
 
 // ---- producer: gather and decode ----
 
-// Where key `key` of tile i lives: its data and scale bytes, or nothing (masked). Entries < -1
-// or >= num_slots are counted (once: head group 0, the thread of part 0). 128 threads, 4 per key.
+// The index entry of key `key` (= tid / 4) of tile i, or -1 past the tile list or the token's
+// total (masked). Loaded one tile before resolve_key needs it, so that its latency hides behind a
+// decode instead of stalling the producer.
+__device__ __forceinline__ int32_t load_index(const Args& a, const Cta& c, int i, int tid) {
+  const int64_t j = int64_t{c.tile0 + i} * kKeys + (tid >> 2);
+  if (i >= c.n || j >= c.total) return -1;
+  const bool swa = j < c.len0;
+  const Segment& s = swa ? a.seg0 : a.seg1;
+  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+}
+
+// Where the key with index entry idx of tile i lives: its data and scale bytes, or nothing
+// (masked). Entries < -1 or >= num_slots are counted (once: head group 0, the thread of part 0).
+// 128 threads, 4 per key.
 struct KeySource {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
 };
-__device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, int i, int tid) {
-  const int key = tid >> 2;
-  const int64_t j = int64_t{c.tile0 + i} * kKeys + key;
+__device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, int i, int tid,
+                                                 int32_t idx) {
   KeySource k;
-  if (i >= c.n || j >= c.total) return k;
-  const bool swa = j < c.len0;
-  const Segment& s = swa ? a.seg0 : a.seg1;
-  const int32_t idx = s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+  if (idx == -1) return k;
+  const int64_t j = int64_t{c.tile0 + i} * kKeys + (tid >> 2);
+  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    const uint32_t block = static_cast<uint32_t>(idx) / s.block_size;
+    const uint32_t block =
+        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
     const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
     const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
     k.data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
     k.scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
                static_cast<int64_t>(offset) * kDsMlaScaleBytes;
-  } else if (idx != -1 && (tid & 3) == 0 && c.h0 == 0 && a.bad_count != nullptr) {
+  } else if ((tid & 3) == 0 && c.h0 == 0 && a.bad_count != nullptr) {
     atomicAdd(a.bad_count, 1);
   }
   return k;
 }
 
-// Starts the copies of tile i's keys into raw stage (i & 1) and records which keys are valid.
+// Starts the copies of tile i's keys into raw stage i % kRawStages and records which keys are
+// valid.
 __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const KeySource& k) {
   const int key = tid >> 2;
   const int part = tid & 3;
@@ -233,39 +267,83 @@ __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const 
   if (part == 0) c.base[kValidRawOff + (i % kRawStages) * kKeys + key] = k.data != nullptr;
 }
 
-// Two e4m3 codes (low byte first) times `scale` = 2^(s - 127) as a bf16 pair; exact (NaN stays
-// NaN). kHuge (s = 255): 2^128 is not a float; scale by 2^127, then by 2, as the CPU does.
+// Two e4m3 codes (low byte first) times scale = 2^(s - 127) as a bf16 pair; exact (NaN stays
+// NaN). 2^128 (s = 255) is not a float: kHuge keys multiply by scale, then by `twice` (2 for such
+// a chunk, else 1), as the CPU does.
 template <bool kHuge>
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale) {
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two, float scale, float twice) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   float2 f = __half22float2(__half2(h));
   f.x *= scale;
   f.y *= scale;
   if constexpr (kHuge) {
-    f.x *= 2.0f;
-    f.y *= 2.0f;
+    f.x *= twice;
+    f.y *= twice;
   }
   const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 // 16 e4m3 codes -> 16 bf16 (lo: the first 8).
 template <bool kHuge>
-__device__ __forceinline__ void decode_chunk(const uint4& v, float scale, uint4& lo, uint4& hi) {
-  lo.x = e4m3x2_to_bf16x2<kHuge>(v.x, scale);
-  lo.y = e4m3x2_to_bf16x2<kHuge>(v.x >> 16, scale);
-  lo.z = e4m3x2_to_bf16x2<kHuge>(v.y, scale);
-  lo.w = e4m3x2_to_bf16x2<kHuge>(v.y >> 16, scale);
-  hi.x = e4m3x2_to_bf16x2<kHuge>(v.z, scale);
-  hi.y = e4m3x2_to_bf16x2<kHuge>(v.z >> 16, scale);
-  hi.z = e4m3x2_to_bf16x2<kHuge>(v.w, scale);
-  hi.w = e4m3x2_to_bf16x2<kHuge>(v.w >> 16, scale);
+__device__ __forceinline__ void decode_chunk(const uint4& v, float scale, float twice, uint4& lo,
+                                             uint4& hi) {
+  lo.x = e4m3x2_to_bf16x2<kHuge>(v.x, scale, twice);
+  lo.y = e4m3x2_to_bf16x2<kHuge>(v.x >> 16, scale, twice);
+  lo.z = e4m3x2_to_bf16x2<kHuge>(v.y, scale, twice);
+  lo.w = e4m3x2_to_bf16x2<kHuge>(v.y >> 16, scale, twice);
+  hi.x = e4m3x2_to_bf16x2<kHuge>(v.z, scale, twice);
+  hi.y = e4m3x2_to_bf16x2<kHuge>(v.z >> 16, scale, twice);
+  hi.z = e4m3x2_to_bf16x2<kHuge>(v.w, scale, twice);
+  hi.w = e4m3x2_to_bf16x2<kHuge>(v.w >> 16, scale, twice);
 }
 
-// Raw stage (i & 1) -> K stage, swizzled bf16; invalid keys become zero rows. 128 threads, 4 per
-// key: part p decodes NoPE chunks p, p + 4, ... (scale byte r for its r-th chunk) and RoPE chunks
-// 28 + p, 32 + p. No divergence inside a warp but masked keys, every loop unrolled.
-__device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int tid) {
+// One thread's seven NoPE chunks of a key (part p: chunks p, p + 4, ..., scale byte r for its
+// r-th chunk), with no branch between chunks so that their loads and conversions interleave.
+// kHuge: some scale byte of the key is 255.
+template <bool kHuge>
+__device__ __forceinline__ void decode_nope(const uint8_t* src, uint2 sc, uint8_t* k, int key,
+                                            int part, int i, int tid, int ablate) {
+  uint32_t sink = 0;
+#pragma unroll
+  for (int r = 0; r < kNopeChunks / 4; ++r) {
+    const int ch = part + 4 * r;
+    uint4 v;
+    if (kDecodeAblations && (ablate & kAblateDecodeReads)) {
+      const uint32_t x = (static_cast<uint32_t>(tid) * 0x9e3779b9u) ^ (i * 0x01010101u) ^ r;
+      v = make_uint4(x & 0x3f3f3f3fu, (x >> 1) & 0x3f3f3f3fu, (x >> 2) & 0x3f3f3f3fu,
+                     (x >> 3) & 0x3f3f3f3fu);
+    } else {
+      v = *reinterpret_cast<const uint4*>(src + ch * 16);
+    }
+    const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
+    // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127; s = 255: 2^127 * 2).
+    const uint32_t bits = sb == 0 ? 0x00400000u : (kHuge && sb == 255 ? 254u << 23 : sb << 23);
+    const float twice = kHuge && sb == 255 ? 2.0f : 1.0f;
+    uint4 lo, hi;
+    decode_chunk<kHuge>(v, __uint_as_float(bits), twice, lo, hi);
+    if (kDecodeAblations && (ablate & kAblateDecodeStores)) {
+      sink ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
+    } else {
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kKeys)) = lo;
+      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kKeys)) = hi;
+    }
+  }
+  // Keeps the conversions of a store-less ablation alive (never true for real codes).
+  if (kDecodeAblations && sink == 0x7fc17fc1u) *reinterpret_cast<uint32_t*>(k) = sink;
+}
+
+// True when one of the key's seven scale bytes is 255 (byte 7 is padding): a 255 byte is a zero
+// byte of the complement.
+__device__ __forceinline__ bool has_huge_scale(uint2 sc) {
+  const uint32_t x = ~sc.x, y = ~(sc.y & 0x00ffffffu);
+  return ((((x - 0x01010101u) & ~x) | ((y - 0x01010101u) & ~y)) & 0x80808080u) != 0;
+}
+
+// Raw stage i % kRawStages -> K stage, swizzled bf16; invalid keys become zero rows. 128 threads, 4
+// per key: part p decodes NoPE chunks p, p + 4, ... (scale byte r for its r-th chunk) and RoPE
+// chunks 28 + p, 32 + p. No divergence inside a warp but masked keys, every loop unrolled.
+__device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int tid, int ablate) {
   const int key = tid >> 2;
   const int part = tid & 3;
   const uint8_t* raw = c.base + kRawOff + (i % kRawStages) * kRawStage;
@@ -274,21 +352,10 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
   const bool ok = c.base[kValidRawOff + (i % kRawStages) * kKeys + key] != 0;
   if (ok) {
     const uint2 sc = *reinterpret_cast<const uint2*>(raw + kRawScales + key * kDsMlaScaleBytes);
-#pragma unroll
-    for (int r = 0; r < kNopeChunks / 4; ++r) {
-      const int ch = part + 4 * r;
-      const uint4 v = *reinterpret_cast<const uint4*>(src + ch * 16);
-      const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
-      uint4 lo, hi;
-      if (sb != 255) {
-        // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127).
-        const float scale = __uint_as_float(sb == 0 ? 0x00400000u : sb << 23);
-        decode_chunk<false>(v, scale, lo, hi);
-      } else {
-        decode_chunk<true>(v, __uint_as_float(254u << 23), lo, hi);
-      }
-      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kKeys)) = lo;
-      *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kKeys)) = hi;
+    if (!has_huge_scale(sc)) {
+      decode_nope<false>(src, sc, k, key, part, i, tid, ablate);
+    } else {
+      decode_nope<true>(src, sc, k, key, part, i, tid, ablate);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -318,28 +385,35 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
 
 __device__ void producer(const Args& a, const Cta& c, int tid) {
   RoleClock clk(a, 0);  // slots: landed wait, stage wait, decode, gather
+  int32_t idx[kRawStages];
+#pragma unroll
+  for (int i = 0; i < kRawStages; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
 #pragma unroll
   for (int i = 0; i + 1 < kRawStages; ++i) {
-    gather_tile(c, i, tid, resolve_key(a, c, i, tid));
+    gather_tile(c, i, tid, resolve_key(a, c, i, tid, idx[i]));
     ptx::cp_async_commit();
   }
+  int32_t next = idx[kRawStages - 1];  // the index entry of tile i + kRawStages - 1
   for (int i = 0; i < c.n; ++i) {
     const int stage = i % kKStages;
     const int ahead = i + kRawStages - 1;
-    // That tile's index load is in flight while tile i is decoded.
-    const KeySource next = (a.ablate & kAblateGather) ? KeySource{} : resolve_key(a, c, ahead, tid);
+    // The next iteration's entry is in flight while tile i is decoded.
+    const int32_t after = (a.ablate & kAblateGather) ? -1 : load_index(a, c, ahead + 1, tid);
     ptx::cp_async_wait<kRawStages - 2>();
     ptx::named_barrier(1, 128);  // every producer thread's copies of tile i have landed
     clk.lap(0);
     if (i >= kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / kKStages) - 1) & 1);
     clk.lap(1);
-    if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid);
+    if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid, a.ablate);
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(c.k_full(stage));
     clk.lap(2);
     ptx::named_barrier(1, 128);  // raw stage i % kRawStages is free again
-    if (ahead < c.n && !(a.ablate & kAblateGather)) gather_tile(c, ahead, tid, next);
+    if (ahead < c.n && !(a.ablate & kAblateGather)) {
+      gather_tile(c, ahead, tid, resolve_key(a, c, ahead, tid, next));
+    }
     ptx::cp_async_commit();
+    next = after;
     clk.lap(3);
   }
   ptx::cp_async_wait<0>();
@@ -840,14 +914,28 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
   if (lane == 0) a.lse[row] = lse;
 }
 
+// n / d as (n * m) >> (31 + l) for every n < 2^31 and 1 <= d < 2^31: with 2^l >= d and
+// m = floor(2^(31 + l) / d) + 1 = (2^(31 + l) + e) / d, 0 < e <= d, the quotient is
+// n / d + n e / (d 2^(31 + l)) < n / d + 2^-l <= n / d + 1 / d, whose floor is floor(n / d).
+// m <= 2^32 keeps n * m inside 64 bits.
+std::pair<uint64_t, uint32_t> block_divider(uint32_t d) {
+  uint32_t l = 0;
+  while ((uint64_t{1} << l) < d) ++l;
+  const uint64_t m = (uint64_t{1} << (31 + l)) / d + 1;
+  return {m, 31 + l};
+}
+
 Segment segment(const ConstIndexView& v, const ConstKvCacheView& c) {
   const int64_t slots = c.num_slots();
+  const auto [magic, shift] = block_divider(static_cast<uint32_t>(c.block_size));
   return {v.data,
           v.lens,
           v.row_stride,
           v.width,
           static_cast<uint32_t>(std::min<int64_t>(slots, int64_t{1} << 31)),
           static_cast<uint32_t>(c.block_size),
+          magic,
+          shift,
           static_cast<const uint8_t*>(c.data),
           c.page_stride_bytes};
 }
