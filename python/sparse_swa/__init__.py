@@ -29,20 +29,54 @@ for an int, None for an array, a str with NUL or a lone surrogate) is a ValueErr
 argument, not a TypeError.
 """
 
+from . import _sparse_swa
 from ._sparse_swa import (
     BuilderConfig,
     MetadataBuilder,
     SwaMetadata,
     __version__,
     compressed_page_layout,
+    compressed_topk_to_global,
     cuda_available,
     decode_kv,
     encode_kv,
-    has_cuda_backend,
     page_layout,
     sparse_attention,
     to_ragged,
 )
+from .bf16 import from_bf16_bits, to_bf16_bits
+
+
+class _BuildFlag:
+    """A bool that is also callable: ``has_cuda_backend()`` reads like ``cuda_available()``,
+    and the older attribute form ``if has_cuda_backend:`` gives the same answer."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: bool) -> None:
+        self._value = bool(value)
+
+    def __call__(self) -> bool:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return self._value == other
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __repr__(self) -> str:
+        return repr(self._value)
+
+
+has_cuda_backend = _BuildFlag(_sparse_swa._has_cuda_backend)
+"""True when this build has the CUDA backend (a device may still be missing: see
+cuda_available()). Call it, has_cuda_backend(), or test it as a bool."""
+
+from . import dispatch  # noqa: E402  (after the names it reads)
 
 __all__ = [
     "BuilderConfig",
@@ -50,11 +84,14 @@ __all__ = [
     "SwaMetadata",
     "__version__",
     "compressed_page_layout",
+    "compressed_topk_to_global",
     "cuda_available",
     "decode_kv",
     "encode_kv",
+    "from_bf16_bits",
     "has_cuda_backend",
     "page_layout",
     "sparse_attention",
+    "to_bf16_bits",
     "to_ragged",
 ]
