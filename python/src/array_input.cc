@@ -79,13 +79,17 @@ void expect_aligned(const void* data, size_t alignment, std::string_view field) 
 
 void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides, size_t itemsize,
                       std::string_view field) {
-  std::string dims;
-  for (size_t d = 0; d < ndim; ++d) dims += str_cat(d == 0 ? "" : ", ", shape[d]);
+  // "2, 3": for the messages only (a string stream per call costs microseconds).
+  auto dims = [&] {
+    std::string text;
+    for (size_t d = 0; d < ndim; ++d) text += str_cat(d == 0 ? "" : ", ", shape[d]);
+    return text;
+  };
   int64_t count = 1, extent = 0;  // extent: the largest element offset, in elements
   bool fits = true;
   for (size_t d = 0; d < ndim && fits; ++d) {
     if (shape[d] < 0) {
-      raise_value_error(str_cat(field, ": expected dimensions >= 0, got shape [", dims, "]"));
+      raise_value_error(str_cat(field, ": expected dimensions >= 0, got shape [", dims(), "]"));
     }
     fits = !__builtin_mul_overflow(count, shape[d], &count);
   }
@@ -104,7 +108,7 @@ void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides,
            !__builtin_mul_overflow(bytes, static_cast<int64_t>(itemsize), &bytes);
   }
   if (!fits) {
-    raise_value_error(str_cat(field, ": shape [", dims, "] (itemsize ", itemsize,
+    raise_value_error(str_cat(field, ": shape [", dims(), "] (itemsize ", itemsize,
                               ") has more elements or bytes than int64 can count"));
   }
 }
@@ -129,10 +133,8 @@ Framework framework_of_type(nb::handle type) {
 // torch._C._to_dlpack: one C call, where Tensor.__dlpack__ runs Python (several microseconds
 // per array). None when torch has no such function.
 nb::handle torch_to_dlpack() {
-  static nb::object fn = [] {
-    nb::object torch_c = nb::module_::import_("torch._C");
-    return nb::getattr(torch_c, "_to_dlpack", nb::none());
-  }();
+  static const nb::handle fn =
+      nb::getattr(nb::module_::import_("torch._C"), "_to_dlpack", nb::none()).release();
   return fn;
 }
 
@@ -144,11 +146,11 @@ Framework framework_of(nb::handle obj) {
     nb::object type;
     Framework framework;
   };
-  static Seen seen[8];
+  static Seen* seen = new Seen[8];  // never freed: no destructor after the interpreter is gone
   static size_t next = 0;
   nb::handle type = obj.type();
-  for (const Seen& s : seen) {
-    if (s.type.is(type)) return s.framework;
+  for (size_t i = 0; i < 8; ++i) {
+    if (seen[i].type.is(type)) return seen[i].framework;
   }
   const Framework f = framework_of_type(type);
   seen[next] = {nb::borrow(type), f};

@@ -113,15 +113,28 @@ InputArray import_anchor(nb::handle obj, const char* field, CallPlace* call) {
   return a;
 }
 
+namespace {
+
+// The message is built only on a mismatch (a string stream costs about a microsecond).
+template <typename Array>
+void expect_call_place(const Array& a, std::string_view field, const CallPlace& call) {
+  const Place actual = place_of(a, field);
+  if (!(actual == call.place)) {
+    expect_same_place(actual, field, call.place, str_cat("like ", call.anchor));
+  }
+}
+
+}  // namespace
+
 InputArray import_at(nb::handle obj, std::string_view field, const CallPlace& call) {
   InputArray a = import_array(obj, field);
-  expect_place(a, field, call.place, str_cat("like ", call.anchor));
+  expect_call_place(a, field, call);
   return a;
 }
 
 nb::ndarray<> import_writable_at(nb::handle obj, std::string_view field, const CallPlace& call) {
   nb::ndarray<> a = import_writable_array(obj, field);
-  expect_place(a, field, call.place, str_cat("like ", call.anchor));
+  expect_call_place(a, field, call);
   return a;
 }
 
@@ -211,29 +224,25 @@ MatrixView<const int32_t> index_rows(const InputArray& a, std::string_view field
 
 namespace {
 
-nb::object torch_dtype(Elem e) {
-  static nb::object torch = nb::module_::import_("torch");
-  switch (e) {
-    case Elem::kUint8:
-      return torch.attr("uint8");
-    case Elem::kUint16:
-      return torch.attr("uint16");
-    case Elem::kBf16:
-      return torch.attr("bfloat16");
-    case Elem::kInt32:
-      return torch.attr("int32");
-    case Elem::kInt64:
-      return torch.attr("int64");
-    case Elem::kFloat32:
-      break;
-  }
-  return torch.attr("float32");
+// Module-level objects looked up once and kept for the life of the process (never released:
+// a static destructor would run after the interpreter is gone).
+nb::handle cached(const char* module, const char* attr) {
+  return nb::object(nb::module_::import_(module).attr(attr)).release();
+}
+
+nb::handle torch_dtype(Elem e) {
+  static const nb::handle dtypes[] = {cached("torch", "uint8"),    cached("torch", "uint16"),
+                                      cached("torch", "bfloat16"), cached("torch", "int32"),
+                                      cached("torch", "int64"),    cached("torch", "float32")};
+  return dtypes[static_cast<int>(e)];
 }
 
 nb::tuple shape_tuple(std::initializer_list<size_t> shape) {
-  nb::list dims;
-  for (size_t s : shape) dims.append(s);
-  return nb::tuple(dims);
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(shape.size()));
+  if (t == nullptr) throw nb::python_error();
+  Py_ssize_t i = 0;
+  for (size_t s : shape) PyTuple_SET_ITEM(t, i++, PyLong_FromSize_t(s));
+  return nb::steal<nb::tuple>(t);
 }
 
 }  // namespace
@@ -252,9 +261,13 @@ NewArray new_array(const CallPlace& call, Elem elem, std::initializer_list<size_
   }
   nb::object array;
   if (call.framework == Framework::kTorch) {
-    static nb::object empty = nb::module_::import_("torch").attr("empty");
-    array = empty(shape_tuple(shape), nb::arg("dtype") = torch_dtype(elem),
-                  nb::arg("device") = call.anchor_obj.attr("device"));
+    static const nb::handle empty = cached("torch", "empty");
+    // device: the CUDA ordinal (an int is cuda:N to torch) or "cpu", not the anchor's .device
+    // (a new torch.device object per call).
+    nb::object device =
+        call.on_device() ? nb::object(nb::int_(call.place.device_id)) : nb::object(nb::str("cpu"));
+    array =
+        empty(shape_tuple(shape), nb::arg("dtype") = torch_dtype(elem), nb::arg("device") = device);
   } else if (call.framework == Framework::kCupy && call.on_device()) {
     nb::object cupy = nb::module_::import_("cupy");
     nb::object device = cupy.attr("cuda").attr("Device")(call.place.device_id);
@@ -263,9 +276,9 @@ NewArray new_array(const CallPlace& call, Elem elem, std::initializer_list<size_
         cupy.attr("empty")(shape_tuple(shape), elem == Elem::kBf16 ? "uint16" : elem_name(elem));
     device.attr("__exit__")(nb::none(), nb::none(), nb::none());
   } else if (!call.on_device()) {
-    nb::object np = nb::module_::import_("numpy");
+    static const nb::handle empty = cached("numpy", "empty");
     if (elem == Elem::kBf16) elem = Elem::kUint16;  // numpy has no bfloat16: its bits
-    array = np.attr("empty")(shape_tuple(shape), elem_name(elem));
+    array = empty(shape_tuple(shape), elem_name(elem));
   } else {
     raise_value_error(str_cat(out_field,
                               ": required for device arrays that are not torch or cupy "
@@ -282,10 +295,9 @@ namespace {
 
 // torch._C._cuda_getCurrentRawStream(device): the current stream without a Stream object.
 nb::handle torch_current_raw_stream() {
-  static nb::object fn = [] {
-    nb::object torch_c = nb::module_::import_("torch._C");
-    return nb::getattr(torch_c, "_cuda_getCurrentRawStream", nb::none());
-  }();
+  static const nb::handle fn =
+      nb::getattr(nb::module_::import_("torch._C"), "_cuda_getCurrentRawStream", nb::none())
+          .release();
   return fn;
 }
 
