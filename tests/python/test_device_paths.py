@@ -99,7 +99,9 @@ def bits_of(t):
 
 
 def random_cache(rng, num_blocks, block=BLOCK):
-    layout = sparse_swa.page_layout(block)
+    """A cache of random rows in every slot: the SWA layout, or C128A's 2-entry pages."""
+    layout = sparse_swa.page_layout(block) if block != 2 else sparse_swa.compressed_page_layout(
+        256, 128)
     cache = np.zeros((num_blocks, layout["page_bytes"]), np.uint8)
     n = num_blocks * block
     rows = (rng.standard_normal((n, 512)) * rng.uniform(0.1, 4, (n, 1))).astype(np.float32)
@@ -139,8 +141,8 @@ def test_attention_on_device_matches_the_cpu_path(heads, tokens, extra):
     sinks = rng.standard_normal(heads).astype(np.float32)
     kw_host, kw_dev = {}, {}
     if extra:
-        comp = random_cache(rng, 8, block=2)
-        eidx, elens = random_indices(rng, tokens, 64, 16)
+        comp = random_cache(rng, 64, block=2)
+        eidx, elens = random_indices(rng, tokens, 64, 128)
         kw_host = dict(extra_cache=comp, extra_block_size=2, extra_indices=eidx[:, 0, :],
                        extra_lens=elens)
         kw_dev = {k: (torch.from_numpy(np.ascontiguousarray(v)).cuda()
@@ -194,10 +196,16 @@ def test_codec_on_device_is_bit_exact():
     assert np.array_equal(dev.cpu().numpy(), host16)
 
 
-def cuda_build(builder, arrays, **kw):
+def device_batch(arrays):
+    """The batch as torch CUDA tensors plus the two host copies, as build() arguments."""
     qsl, seq, bt, slots = (torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in arrays)
-    return builder.build(qsl, seq, bt, slots, query_start_loc_cpu=torch.from_numpy(arrays[0]),
-                         seq_lens_cpu=torch.from_numpy(arrays[1].copy()), **kw)
+    return (qsl, seq, bt, slots), dict(query_start_loc_cpu=torch.from_numpy(arrays[0]),
+                                       seq_lens_cpu=torch.from_numpy(arrays[1].copy()))
+
+
+def cuda_build(builder, arrays, **kw):
+    args, host = device_batch(arrays)
+    return builder.build(*args, **host, **kw)
 
 
 @gpu
@@ -262,8 +270,10 @@ def test_attention_lands_on_the_callers_stream(how):
     want_out, want_lse = sparse_swa.sparse_attention(*args)
     out = torch.zeros_like(q)
     lse = torch.zeros((4, 64), device="cuda")
-    torch.cuda.synchronize()
     side = torch.cuda.Stream()
+    # Once on the side stream first: its workspace is allocated now, not behind the sleep.
+    sparse_swa.sparse_attention(*args, stream=side)
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
         if how == "current_stream":  # stream=None: torch's current stream
@@ -285,22 +295,33 @@ def test_build_lands_on_the_callers_stream():
     builder = sparse_swa.MetadataBuilder(config)
     qsl = np.array([0, 1, 2], np.int32)
     bt = np.arange(16, dtype=np.int32).reshape(2, 8)
-    slots = np.array([4, 40], np.int64)
-    first = cuda_build(builder, (qsl, np.array([5, 9], np.int32), bt, slots))
+
+    def decode_step(seq_lens):  # one new token per request, written at its slot
+        seq = np.array(seq_lens, np.int32)
+        slots = np.array([bt[r, (s - 1) // 4] * 4 + (s - 1) % 4 for r, s in enumerate(seq)],
+                         np.int64)
+        return qsl, seq, bt, slots
+
+    first = cuda_build(builder, decode_step([5, 9]))
     torch.cuda.synchronize()
     assert first.decode_swa_lens.cpu().tolist() == [5, 8]
     side = torch.cuda.Stream()
+    args, host = device_batch(decode_step([3, 6]))
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
-    second = cuda_build(builder, (qsl, np.array([3, 6], np.int32), bt, slots), stream=side)
+    second = builder.build(*args, **host, stream=side)
     assert not side.query()
     assert second.decode_swa_lens.cpu().tolist() == [5, 8]  # the buffers still hold build 1
     side.synchronize()
     assert second.decode_swa_lens.cpu().tolist() == [3, 6]
     # stream=None on torch tensors: torch's current stream, whatever the builder was made with.
+    # (The tensors are made first: a copy into them on the side stream would wait for the sleep.)
+    args, host = device_batch(decode_step([2, 7]))
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
-        third = cuda_build(builder, (qsl, np.array([2, 7], np.int32), bt, slots))
+        third = builder.build(*args, **host)
     assert not side.query()
     side.synchronize()
     assert third.decode_swa_lens.cpu().tolist() == [2, 7]
