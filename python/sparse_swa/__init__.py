@@ -15,6 +15,17 @@ seq_lens and block_table, int64 slot_mapping, all on one device. Host arrays run
 backend; CUDA arrays run the CUDA backend and also need host copies query_start_loc_cpu and
 seq_lens_cpu. Results come back in the inputs' framework and device.
 
+Every other operation works the same way, on host or CUDA arrays (all of one call on one
+device): the consumers (compressed_topk_to_global, md.mixed_matrix(), md.combined_prefill(),
+to_ragged), the KV codec (encode_kv, decode_kv) and sparse_attention (SWA + compressed
+segments, sinks; q torch.bfloat16 or uint16 bf16 bits: to_bf16_bits / from_bf16_bits for numpy;
+out= / lse= written in place). Index arguments take the builder's [T, 1, W] arrays as they are.
+Device work launches on ``stream=``: None means torch's current stream for torch tensors (so a
+call inside ``torch.cuda.stream(s)`` or a graph capture lands on s), else the builder's
+cuda_stream (builder calls, the metadata's consumers) or the default stream; an int
+(cudaStream_t) or an object with .cuda_stream / __cuda_stream__() is used as given.
+sparse_swa.dispatch tells which index widths a consumer kernel accepts (host only).
+
 Lifetime: the metadata's arrays alias the builder's persistent buffers (fixed addresses, as CUDA
 graphs need). They are valid until the builder's next build(), which overwrites them in place;
 they keep the builder alive. ``md.copy()`` gives a snapshot that later builds leave alone; it

@@ -93,11 +93,7 @@ void encode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle rows_
   const int32_t block_size = int32_from_python(block_size_obj, "block_size");
   const CacheDtype d = dtype_from(dtype);
   CallPlace call;
-  const nb::ndarray<> cache_array = import_writable_array(cache_obj, "cache");
-  call.place = place_of(cache_array, "cache");
-  call.anchor = "cache";
-  call.framework = framework_of(cache_obj);
-  call.anchor_obj = cache_obj;
+  const nb::ndarray<>& cache_array = import_writable_anchor(cache_obj, "cache", &call);
   const KvCacheView cache = cache_view<void>(cache_array, "cache", block_size, d, call.space());
   const FlatMatrix rows = flat_matrix(import_at(rows_obj, "rows", call), "rows",
                                       {Elem::kFloat32, Elem::kBf16, Elem::kUint16}, 2);
@@ -120,7 +116,7 @@ nb::object decode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle
                      nb::handle dtype, nb::handle out_obj, nb::handle stream) {
   const int32_t block_size = int32_from_python(block_size_obj, "block_size");
   CallPlace call;
-  const InputArray cache_array = import_anchor(cache_obj, "cache", &call);
+  const InputArray& cache_array = import_anchor(cache_obj, "cache", &call);
   const ConstKvCacheView cache =
       cache_view<const void>(cache_array, "cache", block_size, dtype_from(dtype), call.space());
   const std::span<const int64_t> slots = vector_at<int64_t>(slots_obj, "slots", Elem::kInt64, call);
@@ -209,7 +205,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
       scale_obj.is_none() ? kDefaultSoftmaxScale : float_from_python(scale_obj, "scale");
   const CacheDtype d = dtype_from(dtype);
   CallPlace call;
-  const InputArray q_array = import_anchor(q_obj, "q", &call);
+  const InputArray& q_array = import_anchor(q_obj, "q", &call);
   const FlatMatrix q = flat_matrix(q_array, "q", {Elem::kBf16, Elem::kUint16}, 3);
   const size_t tokens = q_array.shape(0);
   const size_t heads = q_array.shape(1);

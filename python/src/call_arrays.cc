@@ -104,15 +104,6 @@ Elem expect_elem(const Array& a, std::string_view field, std::initializer_list<E
 
 }  // namespace
 
-InputArray import_anchor(nb::handle obj, const char* field, CallPlace* call) {
-  InputArray a = import_array(obj, field);
-  call->place = place_of(a, field);
-  call->anchor = field;
-  call->framework = framework_of(obj);
-  call->anchor_obj = obj;
-  return a;
-}
-
 namespace {
 
 // The message is built only on a mismatch (a string stream costs about a microsecond).
@@ -124,16 +115,44 @@ void expect_call_place(const Array& a, std::string_view field, const CallPlace& 
   }
 }
 
+template <typename Array, size_t N>
+const Array& keep(Array a, std::array<Array, N>& kept, size_t& count) {
+  if (count == N) raise_value_error("sparse_swa: too many arrays in one call (internal limit)");
+  kept[count] = std::move(a);
+  return kept[count++];
+}
+
 }  // namespace
 
-InputArray import_at(nb::handle obj, std::string_view field, const CallPlace& call) {
-  InputArray a = import_array(obj, field);
+const InputArray& import_anchor(nb::handle obj, const char* field, CallPlace* call) {
+  const InputArray& a = keep(import_array(obj, field), call->kept, call->num_kept);
+  call->place = place_of(a, field);
+  call->anchor = field;
+  call->framework = framework_of(obj);
+  call->anchor_obj = obj;
+  return a;
+}
+
+const nb::ndarray<>& import_writable_anchor(nb::handle obj, const char* field, CallPlace* call) {
+  const nb::ndarray<>& a =
+      keep(import_writable_array(obj, field), call->kept_writable, call->num_kept_writable);
+  call->place = place_of(a, field);
+  call->anchor = field;
+  call->framework = framework_of(obj);
+  call->anchor_obj = obj;
+  return a;
+}
+
+const InputArray& import_at(nb::handle obj, std::string_view field, const CallPlace& call) {
+  const InputArray& a = keep(import_array(obj, field), call.kept, call.num_kept);
   expect_call_place(a, field, call);
   return a;
 }
 
-nb::ndarray<> import_writable_at(nb::handle obj, std::string_view field, const CallPlace& call) {
-  nb::ndarray<> a = import_writable_array(obj, field);
+const nb::ndarray<>& import_writable_at(nb::handle obj, std::string_view field,
+                                        const CallPlace& call) {
+  const nb::ndarray<>& a =
+      keep(import_writable_array(obj, field), call.kept_writable, call.num_kept_writable);
   expect_call_place(a, field, call);
   return a;
 }

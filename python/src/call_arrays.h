@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -23,23 +24,34 @@ nb::dlpack::dtype dlpack_dtype(Elem e);
 const char* elem_name(Elem e);  // "uint8", "uint16", "bfloat16", "int32", "int64", "float32"
 
 // The place every array of a call must share: set by its first array (`anchor`, e.g. "q").
+// It also keeps the call's imported arrays (their DLPack exports) alive until the call returns,
+// so views of them stay valid whatever the producer does when an export is released.
 struct CallPlace {
   Place place;
   const char* anchor = "";
   Framework framework = Framework::kNumpy;  // of the anchor: outputs are made in it
-  nb::handle anchor_obj;                    // for torch outputs: its .device
+  nb::handle anchor_obj;
   MemorySpace space() const {
     return place.device == Device::kCuda ? MemorySpace::kDevice : MemorySpace::kHost;
   }
   bool on_device() const { return place.device == Device::kCuda; }
+
+  static constexpr size_t kMaxKept = 12;  // a call imports at most 10 (sparse_attention)
+  mutable std::array<InputArray, kMaxKept> kept;
+  mutable std::array<nb::ndarray<>, 4> kept_writable;
+  mutable size_t num_kept = 0, num_kept_writable = 0;
 };
 
 // Imports the anchor array and sets the call's place from it.
-InputArray import_anchor(nb::handle obj, const char* field, CallPlace* call);
-// Imports `obj` and checks it lives at the call's place ("expected device cuda:0 like q").
-InputArray import_at(nb::handle obj, std::string_view field, const CallPlace& call);
+const InputArray& import_anchor(nb::handle obj, const char* field, CallPlace* call);
+// The same for an anchor written in place (encode_kv's cache).
+const nb::ndarray<>& import_writable_anchor(nb::handle obj, const char* field, CallPlace* call);
+// Imports `obj` and checks it lives at the call's place ("expected device cuda:0 like q"). The
+// array lives as long as `call`.
+const InputArray& import_at(nb::handle obj, std::string_view field, const CallPlace& call);
 // The same for an array written in place: read-only arrays are a ValueError.
-nb::ndarray<> import_writable_at(nb::handle obj, std::string_view field, const CallPlace& call);
+const nb::ndarray<>& import_writable_at(nb::handle obj, std::string_view field,
+                                        const CallPlace& call);
 
 // `a` as [shape(0), product of the other dimensions] with C-contiguous rows, any row stride
 // >= the row size, of one of `elems` (ValueError naming `field` otherwise). Returns the element

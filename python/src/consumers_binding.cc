@@ -133,8 +133,8 @@ std::tuple<nb::object, nb::object> compressed_topk_to_global_arrays(
   CallPlace call = output_place(m);
   const MatrixView<const int32_t> local =
       index_rows(import_at(local_obj, "local", call), "local", call.space());
-  const InputArray bt = import_at(block_table_obj, "block_table", call);
-  cache.block_table = index_rows(bt, "block_table", call.space());
+  cache.block_table =
+      index_rows(import_at(block_table_obj, "block_table", call), "block_table", call.space());
   const auto rows = static_cast<size_t>(local.rows);
   nb::object out, lens;
   IndexView view{nullptr,    nullptr,          local.rows,  static_cast<int32_t>(local.cols),
@@ -189,7 +189,7 @@ std::tuple<nb::object, nb::object> compressed_topk_to_global_arrays(
 std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::handle lens_obj,
                                                     nb::handle stream_obj) {
   CallPlace call;
-  const InputArray indices_array = import_anchor(indices_obj, "indices", &call);
+  const InputArray& indices_array = import_anchor(indices_obj, "indices", &call);
   const MatrixView<const int32_t> m = index_rows(indices_array, "indices", call.space());
   const std::span<const int32_t> lens =
       vector_of<int32_t>(import_at(lens_obj, "lens", call), "lens", Elem::kInt32);
