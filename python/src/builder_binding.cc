@@ -20,6 +20,13 @@ namespace sparse_swa::python {
 
 namespace {
 
+// The library names the BatchInput fields ("batch.seq_lens[0]"); Python names the arguments.
+Status argument_names(const Status& status) {
+  return renamed_fields(status, {{"batch.query_start_loc_host", "query_start_loc_cpu"},
+                                 {"batch.seq_lens_host", "seq_lens_cpu"},
+                                 {"batch.", ""}});
+}
+
 class PyMetadataBuilder {
  public:
   PyMetadataBuilder(nb::handle config, nb::handle device, nb::handle cuda_stream,
@@ -55,7 +62,7 @@ class PyMetadataBuilder {
     input.image_spans = spans_;
 
     PyMetadata out;
-    throw_if_error(b.impl->build(input, &out.md));
+    throw_if_error(argument_names(b.impl->build(input, &out.md)));
     out.generation = ++*b.generation;
     out.backend_generation = b.generation;
     out.builder = nb::borrow(self);
@@ -89,7 +96,7 @@ class PyMetadataBuilder {
                                 " like the metadata's build, got ", place_name(batch.place)));
     }
     use_stream(backend(batch.place.device), batch, objects, stream);
-    throw_if_error(md.impl->update_draft_decode_rows(batch.input, &md.md));
+    throw_if_error(argument_names(md.impl->update_draft_decode_rows(batch.input, &md.md)));
     md.inputs = std::move(objects);
     refresh_tile_sched(md);
     md.flashinfer_sparse_index_cache.clear();

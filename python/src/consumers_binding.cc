@@ -200,7 +200,7 @@ std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::
   const ConstIndexView view{m.data,   lens.data(), m.rows,      static_cast<int32_t>(m.cols),
                             m.stride, 0,           call.space()};
   // Everything to_ragged checks, before the rows x width values are allocated.
-  throw_if_error(check_index_view(view, "indices"));
+  throw_if_error(renamed_fields(check_index_view(view, "indices"), {{"indices.lens", "lens"}}));
   const int64_t capacity = ragged_capacity(view);
   if (capacity > INT32_MAX) {
     raise_value_error(str_cat("indices: expected rows x width <= ", INT32_MAX,

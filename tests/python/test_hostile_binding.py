@@ -277,7 +277,7 @@ def test_to_ragged_checks_the_capacity_before_allocating():
 def test_to_ragged_checks_the_lens_before_allocating():
     indices = np.arange(12, dtype=np.int32).reshape(3, 4)
     raises(ValueError, lambda: sparse_swa.to_ragged(indices, np.array([1, 5, 0], np.int32)),
-           "indices.lens[1]: expected 0..4 (the row width), got 5")
+           "lens[1]: expected 0..4 (the row width), got 5")
     indptr, flat = sparse_swa.to_ragged(indices, np.array([1, 4, 0], np.int32))
     assert indptr.tolist() == [0, 1, 5, 5] and flat.tolist() == [0, 4, 5, 6, 7]
 
