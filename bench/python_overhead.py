@@ -22,12 +22,19 @@ import sparse_swa
 BATCH, WINDOW, BLOCK, HEADS = 64, 128, 64, 64
 
 
+SYNC = None  # --device cuda: torch.cuda.synchronize, run untimed every 32 calls
+
+
 def measure(fn, n):
-    """(median thread CPU ns, median wall ns) of n calls, after n // 10 warm-up calls."""
+    """(median thread CPU ns, median wall ns) of n calls, after n // 10 warm-up calls. With CUDA
+    the device is synchronised (untimed) every 32 calls, so that a full launch queue never makes
+    a call wait for the GPU."""
     for _ in range(max(n // 10, 1)):
         fn()
     cpu, wall = [], []
-    for _ in range(n):
+    for i in range(n):
+        if SYNC is not None and i % 32 == 0:
+            SYNC()
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
         fn()
         w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
@@ -94,6 +101,8 @@ def main():
                                 m.is_valid_token))(builder.build(*batch)), args.n)
     else:
         import torch
+        global SYNC
+        SYNC = torch.cuda.synchronize
         dev = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in (qsl, seq, bt, slots)]
         qsl_cpu, seq_cpu = torch.from_numpy(qsl), torch.from_numpy(seq)
         build = lambda: builder.build(*dev, query_start_loc_cpu=qsl_cpu, seq_lens_cpu=seq_cpu)
@@ -103,11 +112,11 @@ def main():
             build()
             torch.cuda.current_stream().synchronize()
         add(results, "build + stream sync (torch CUDA)", build_sync, args.n)
-        md = build()
         # A fresh metadata object per step, as an engine sees it: every array exported anew.
         add(results, "build + read 4 metadata arrays (torch CUDA)",
             lambda: (lambda m: (m.decode_swa_indices, m.decode_swa_lens, m.token_to_req_indices,
                                 m.is_valid_token))(build()), args.n)
+        md = build()
         q = torch.zeros((BATCH, HEADS, 512), dtype=torch.bfloat16, device="cuda")
         dcache = torch.from_numpy(cache).cuda()
         didx, dlens = md.decode_swa_indices, md.decode_swa_lens
