@@ -238,7 +238,9 @@ MatrixView<const int32_t> index_rows(const InputArray& a, std::string_view field
   }
   const bool empty = rows * cols == 0;
   if (!empty) expect_aligned(a.data(), 4, field);
-  return {empty ? nullptr : static_cast<const int32_t*>(a.data()), rows, cols, stride, space};
+  // Zero-width rows still need the array's own pointer: the library wants one when rows > 0.
+  const void* data = empty && rows == 0 ? nullptr : a.data();
+  return {static_cast<const int32_t*>(data), rows, cols, stride, space};
 }
 
 namespace {

@@ -97,6 +97,11 @@ def test_to_ragged_takes_the_builders_rows():
     np.testing.assert_array_equal(indptr, indptr2)
     np.testing.assert_array_equal(flat, flat2)
     assert list(indptr) == [0, 5, 13]  # seq_lens 5 and 9 against the window of 8
+    # Zero-width rows (a window of nothing yet) and no rows at all.
+    indptr, flat = sparse_swa.to_ragged(np.zeros((2, 1, 0), np.int32), np.zeros(2, np.int32))
+    assert indptr.tolist() == [0, 0, 0] and flat.size == 0
+    indptr, flat = sparse_swa.to_ragged(np.zeros((0, 1, 8), np.int32), np.zeros(0, np.int32))
+    assert indptr.tolist() == [0] and flat.size == 0
     with pytest.raises(ValueError, match=r"indices: expected \[rows, width\] or \[rows, 1, width\], "
                                          r"got \[2, 2, 8\]"):
         sparse_swa.to_ragged(np.zeros((2, 2, 8), np.int32), md.decode_swa_lens)
