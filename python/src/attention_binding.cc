@@ -13,7 +13,6 @@
 
 #include "array_input.h"
 #include "call_arrays.h"
-#include "consumers_binding.h"
 #include "python_values.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
