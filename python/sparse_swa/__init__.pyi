@@ -108,15 +108,33 @@ class SwaMetadata:
     def copy(self) -> SwaMetadata:
         """A snapshot with owned array copies; later builds leave it alone. ValueError when a
         later build() already made this metadata stale (is_current False)."""
-    def mixed_matrix(self, *, stream: Stream = None) -> tuple[Array, Array, Array]:
-        """SWA-only mixed matrix as new arrays where the metadata lives: (indices [T, row_width]
-        int32, lens [T] int32, swa_lens [T] int32). Metadata of the last build() only."""
+    def mixed_matrix(
+        self,
+        *,
+        compress_ratio: int = 1,
+        block_table: Array | None = None,
+        block_size: int | None = None,
+        decode_local: Array | None = None,
+        decode_global: Array | None = None,
+        decode_global_lens: Array | None = None,
+        prefill_local: Array | None = None,
+        stream: Stream = None,
+    ) -> tuple[Array, Array, Array]:
+        """The mixed matrix of one layer as new arrays where the metadata lives: (indices
+        [T, row_width] int32, lens [T] int32, swa_lens [T] int32). SWA-only by default; a
+        compressed layer passes its compressed block_table / block_size and top-k (decode_local
+        for C2A/C4A or decode_global + decode_global_lens for C128A, prefill_local)."""
     def combined_prefill(
-        self, compress_ratio: int = 1, chunk_size: int = 4, *, stream: Stream = None
+        self,
+        compress_ratio: int = 1,
+        chunk_size: int = 4,
+        *,
+        prefill_local: Array | None = None,
+        stream: Stream = None,
     ) -> list[tuple[tuple[int, int, int, int], Array, Array]]:
-        """SWA-only FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32,
-        lens [n] int32), where the metadata lives. compress_ratio other than 1 raises
-        NotImplementedError."""
+        """FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32, lens [n]
+        int32), where the metadata lives; a compressed layer passes prefill_local [>= Tp,
+        TOP_K]."""
 
 class MetadataBuilder:
     """The per-step SWA metadata builder (CPU backend for host arrays, CUDA for device)."""

@@ -40,15 +40,70 @@ CallPlace output_place(const PyMetadata& m) {
   return call;
 }
 
-// (indices [T, S + P] int32, lens [T] int32, swa_lens [T] int32) of an SWA-only layer.
+// One layer's compressed inputs (consumers.h CompressedTopk) from the Python arguments; all
+// None for an SWA-only layer (compress_ratio 1).
+struct TopkArgs {
+  nb::handle compress_ratio, block_table, block_size, decode_local, decode_global,
+      decode_global_lens, prefill_local;
+};
+
+CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call) {
+  CompressedTopk t;
+  t.cache.compress_ratio = int32_from_python(a.compress_ratio, "compress_ratio");
+  if (!a.block_table.is_none()) {
+    t.cache.block_table =
+        index_rows(import_at(a.block_table, "block_table", call), "block_table", call.space());
+  }
+  if (!a.block_size.is_none()) t.cache.block_size = int32_from_python(a.block_size, "block_size");
+  if (!a.decode_local.is_none()) {
+    t.decode_local =
+        index_rows(import_at(a.decode_local, "decode_local", call), "decode_local", call.space());
+  }
+  if (!a.decode_global.is_none() || !a.decode_global_lens.is_none()) {
+    if (a.decode_global.is_none() || a.decode_global_lens.is_none()) {
+      raise_value_error("decode_global: expected decode_global and decode_global_lens together");
+    }
+    const MatrixView<const int32_t> g = index_rows(
+        import_at(a.decode_global, "decode_global", call), "decode_global", call.space());
+    const auto lens =
+        vector_of<int32_t>(import_at(a.decode_global_lens, "decode_global_lens", call),
+                           "decode_global_lens", Elem::kInt32);
+    if (static_cast<int64_t>(lens.size()) != g.rows) {
+      raise_value_error(str_cat("decode_global_lens: expected ", g.rows,
+                                " entries (the rows of decode_global), got ", lens.size()));
+    }
+    t.decode_global = {g.data,   lens.data(), g.rows,      static_cast<int32_t>(g.cols),
+                       g.stride, 0,           call.space()};
+  }
+  if (!a.prefill_local.is_none()) {
+    t.prefill_local = index_rows(import_at(a.prefill_local, "prefill_local", call), "prefill_local",
+                                 call.space());
+  }
+  return t;
+}
+
+// The library names CompressedTopk's fields; Python names the arguments.
+Status topk_names(const Status& status) {
+  return renamed_fields(status, {{"topk.cache.block_table", "block_table"},
+                                 {"topk.cache.block_size", "block_size"},
+                                 {"topk.cache.compress_ratio", "compress_ratio"},
+                                 {"topk.decode_local", "decode_local"},
+                                 {"topk.decode_global", "decode_global"},
+                                 {"topk.prefill_local", "prefill_local"},
+                                 {"topk.cache", "block_table"}});
+}
+
+// (indices [T, S + P] int32, lens [T] int32, swa_lens [T] int32) of one layer: SWA-only by
+// default, or with the layer's compressed top-k.
 std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m,
+                                                            const TopkArgs& args,
                                                             nb::handle stream) {
   const ImportedBatch batch = import_step_batch(m);
   const ConsumerStep step{m.md, batch.input, m.block_size};
-  const CompressedTopk topk;  // SWA-only: compress_ratio 1, no compressed inputs
+  const CallPlace call = output_place(m);
+  const CompressedTopk topk = topk_from(args, call);
   const MixedMatrixShape shape = mixed_matrix_shape(m.md, topk);
   const auto rows = static_cast<size_t>(m.md.num_tokens);
-  const CallPlace call = output_place(m);
   const NewArray indices =
       new_array(call, Elem::kInt32, {rows, static_cast<size_t>(shape.row_width)}, "metadata",
                 "metadata", 0xff);
@@ -61,34 +116,35 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m,
                       shape.row_width,
                       m.md.window_size,
                       call.space()};
-  throw_if_error(build_mixed_matrix(step, topk, out, {static_cast<int32_t*>(swa_lens.data), rows},
-                                    stream_from(stream, call, m.cuda_stream)));
+  throw_if_error(
+      topk_names(build_mixed_matrix(step, topk, out, {static_cast<int32_t*>(swa_lens.data), rows},
+                                    stream_from(stream, call, m.cuda_stream))));
   return {indices.array, lens.array, swa_lens.array};
 }
 
 using ChunkTuple = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
-// [(chunk (start, end, N, M), rows [n, width] int32, lens [n] int32)] for an SWA-only layer.
+// [(chunk (start, end, N, M), rows [n, width] int32, lens [n] int32)] of one layer: SWA-only
+// (compress_ratio 1) or with its prefill top-k `prefill_local` [>= Tp, TOP_K].
 nb::list combined_prefill(const PyMetadata& m, nb::handle compress_ratio_obj,
-                          nb::handle chunk_size_obj, nb::handle stream) {
-  const int64_t compress_ratio =
-      int_from_python(compress_ratio_obj, "compress_ratio", INT64_MIN, INT64_MAX);
+                          nb::handle chunk_size_obj, nb::handle prefill_local_obj,
+                          nb::handle stream) {
+  const int32_t compress_ratio = int32_from_python(compress_ratio_obj, "compress_ratio");
   const int64_t chunk_size = int_from_python(chunk_size_obj, "chunk_size", INT64_MIN, INT64_MAX);
-  if (compress_ratio != 1) {
-    raise_status(
-        unimplemented("compress_ratio: only 1 (SWA-only layers, no indexer top-k) is "
-                      "bound, got ",
-                      compress_ratio));
-  }
   const ImportedBatch batch = import_step_batch(m);
   const ConsumerStep step{m.md, batch.input, m.block_size};
   auto plan = prefill_chunk_plan(m.md, compress_ratio, chunk_size);
   throw_if_error(plan.status());
   const CallPlace call = output_place(m);
+  MatrixView<const int32_t> prefill_local;
+  if (!prefill_local_obj.is_none()) {
+    prefill_local = index_rows(import_at(prefill_local_obj, "prefill_local", call), "prefill_local",
+                               call.space());
+  }
   void* cuda_stream = stream_from(stream, call, m.cuda_stream);
   nb::list result;
   for (const ChunkPlanEntry& chunk : plan.value()) {
-    auto shape = combined_prefill_shape(m.md, chunk, /*prefill_topk=*/0);
+    auto shape = combined_prefill_shape(m.md, chunk, static_cast<int32_t>(prefill_local.cols));
     throw_if_error(shape.status());
     const CombinedPrefillShape s = shape.value();
     const NewArray rows =
@@ -103,8 +159,8 @@ nb::list combined_prefill(const PyMetadata& m, nb::handle compress_ratio_obj,
                         s.width,
                         m.md.window_size,
                         call.space()};
-    throw_if_error(build_combined_prefill(step, chunk, static_cast<int32_t>(compress_ratio),
-                                          MatrixView<const int32_t>{}, out, cuda_stream));
+    throw_if_error(
+        build_combined_prefill(step, chunk, compress_ratio, prefill_local, out, cuda_stream));
     const ChunkTuple t{chunk.start, chunk.end, chunk.compressed_width, chunk.total_width};
     result.append(nb::make_tuple(t, rows.array, lens.array));
   }
@@ -225,23 +281,38 @@ std::tuple<nb::object, nb::object> to_ragged_arrays(nb::handle indices_obj, nb::
 void bind_consumers(nb::module_& m) {
   nb::handle cls = nb::type<PyMetadata>();
   cls.attr("mixed_matrix") = nb::cpp_function(
-      &mixed_matrix, nb::is_method(), nb::scope(cls), nb::name("mixed_matrix"), nb::kw_only(),
-      nb::arg("stream") = nb::none(),
-      "The FlashInfer SM100 mixed matrix of an SWA-only layer, as new arrays where the\n"
-      "metadata lives (host, or the CUDA device, computed there on `stream`: None = torch's\n"
-      "current stream for torch metadata, else the builder's cuda_stream): (indices\n"
-      "[num_tokens, row_width] int32 (-1 = empty/skip), lens [num_tokens] int32 (the whole\n"
-      "SWA section S), swa_lens [num_tokens] int32 (exact valid SWA count)). Metadata of\n"
-      "the builder's last build() only.");
+      [](const PyMetadata& m, nb::handle compress_ratio, nb::handle block_table,
+         nb::handle block_size, nb::handle decode_local, nb::handle decode_global,
+         nb::handle decode_global_lens, nb::handle prefill_local, nb::handle stream) {
+        return mixed_matrix(m,
+                            {compress_ratio, block_table, block_size, decode_local, decode_global,
+                             decode_global_lens, prefill_local},
+                            stream);
+      },
+      nb::is_method(), nb::scope(cls), nb::name("mixed_matrix"), nb::kw_only(),
+      nb::arg("compress_ratio").none() = 1, nb::arg("block_table") = nb::none(),
+      nb::arg("block_size") = nb::none(), nb::arg("decode_local") = nb::none(),
+      nb::arg("decode_global") = nb::none(), nb::arg("decode_global_lens") = nb::none(),
+      nb::arg("prefill_local") = nb::none(), nb::arg("stream") = nb::none(),
+      "The FlashInfer SM100 mixed matrix of one layer, as new arrays where the metadata lives\n"
+      "(host, or the CUDA device, computed there on `stream`: None = torch's current stream\n"
+      "for torch metadata, else the builder's cuda_stream): (indices [num_tokens, row_width]\n"
+      "int32 (-1 = empty/skip), lens [num_tokens] int32 (the whole SWA section S + the\n"
+      "compressed count), swa_lens [num_tokens] int32 (exact valid SWA count)). SWA-only by\n"
+      "default; a compressed layer (compress_ratio 2, 4 or 128) also takes its compressed\n"
+      "cache's block_table [>= num_reqs, blocks] int32 and block_size, the decode top-k\n"
+      "(decode_local [>= Td, topk] local indices for C2A/C4A, or decode_global [>= Td, width]\n"
+      "+ decode_global_lens for C128A) and prefill_local [>= Tp, TOP_K]. Metadata of the\n"
+      "builder's last build() only.");
   cls.attr("combined_prefill") = nb::cpp_function(
       &combined_prefill, nb::is_method(), nb::scope(cls), nb::name("combined_prefill"),
       nb::arg("compress_ratio").none() = 1, nb::arg("chunk_size").none() = 4, nb::kw_only(),
-      nb::arg("stream") = nb::none(),
+      nb::arg("prefill_local") = nb::none(), nb::arg("stream") = nb::none(),
       "FlashMLA sparse prefill rows per chunk of get_prefill_chunk_plan(compress_ratio,\n"
-      "chunk_size), SWA-only (compress_ratio 1): a list of ((start, end, N, M),\n"
-      "rows [n, width] int32 indexing the chunk's gathered workspace, lens [n] int32), where\n"
-      "the metadata lives (device: on `stream`, as mixed_matrix). Other ratios raise\n"
-      "NotImplementedError.");
+      "chunk_size): a list of ((start, end, N, M), rows [n, width] int32 indexing the chunk's\n"
+      "gathered workspace (the request's compressed entries, then its SWA tokens), lens [n]\n"
+      "int32), where the metadata lives (device: on `stream`, as mixed_matrix). A compressed\n"
+      "layer passes its prefill top-k prefill_local [>= Tp, TOP_K] int32 (local indices).");
   m.def("compressed_topk_to_global", &compressed_topk_to_global_arrays, nb::arg("metadata").none(),
         nb::arg("first_token").none(), nb::arg("local").none(), nb::arg("block_table").none(),
         nb::arg("block_size").none(), nb::arg("compress_ratio").none(), nb::kw_only(),

@@ -237,6 +237,30 @@ def test_consumers_on_device_equal_the_cpu_path(seed):
         assert np.array_equal(flat.cpu().numpy()[: got_indptr[-1]], want_flat)
 
 
+@gpu
+def test_compressed_consumers_on_device_equal_the_cpu_path():
+    from test_compressed_topk import CBT3, CONFIG, DECODE_LOCAL, PREFILL_LOCAL, compressed_step
+    cpu = compressed_step()  # host metadata; its batch arrays again on the device:
+    arrays = (cpu.query_start_loc, cpu.seq_lens, cpu.block_table, cpu.slot_mapping)
+    dev = cuda_build(sparse_swa.MetadataBuilder(dict(CONFIG, max_model_len=64)),
+                     tuple(np.array(a) for a in arrays))
+    d = {name: torch.from_numpy(a).cuda() for name, a in
+         (("cbt", CBT3), ("decode_local", DECODE_LOCAL), ("prefill_local", PREFILL_LOCAL))}
+    got = dev.mixed_matrix(compress_ratio=4, block_table=d["cbt"], block_size=4,
+                           decode_local=d["decode_local"], prefill_local=d["prefill_local"])
+    want = cpu.mixed_matrix(compress_ratio=4, block_table=CBT3, block_size=4,
+                            decode_local=DECODE_LOCAL, prefill_local=PREFILL_LOCAL)
+    for g, w in zip(got, want):
+        assert g.is_cuda and np.array_equal(g.cpu().numpy(), w)
+    [(gc, grows, glens)] = dev.combined_prefill(4, 4, prefill_local=d["prefill_local"])
+    [(wc, wrows, wlens)] = cpu.combined_prefill(4, 4, prefill_local=PREFILL_LOCAL)
+    assert gc == wc and np.array_equal(grows.cpu().numpy(), wrows)
+    assert np.array_equal(glens.cpu().numpy(), wlens)
+    for g, w in zip(sparse_swa.compressed_topk_to_global(dev, 0, d["decode_local"], d["cbt"], 4, 4),
+                    sparse_swa.compressed_topk_to_global(cpu, 0, DECODE_LOCAL, CBT3, 4, 4)):
+        assert g.is_cuda and np.array_equal(g.cpu().numpy(), w)
+
+
 SLEEP_CYCLES = 1_000_000_000  # about half a second on an H200: far longer than the op
 
 

@@ -405,7 +405,7 @@ def topk_call(draw):
 
 @FUZZ
 @given(call=topk_call())
-def test_compressed_topk_to_global(call):
+def test_compressed_topk_mixed_matrix_and_prefill(call):
     config, (qsl, seq, bt, slots, causal), a = call
     builder = outcome(lambda: sparse_swa.MetadataBuilder(config))
     if not isinstance(builder, sparse_swa.MetadataBuilder):
@@ -413,6 +413,11 @@ def test_compressed_topk_to_global(call):
     md = outcome(lambda: builder.build(qsl, seq, bt, slots, causal=causal))
     if not isinstance(md, sparse_swa.SwaMetadata):
         return
+    # The compressed layer's mixed matrix and prefill rows take the same (fuzzed) arguments.
+    outcome(lambda: md.mixed_matrix(compress_ratio=a["compress_ratio"],
+                                    block_table=a["block_table"], block_size=a["block_size"],
+                                    decode_local=a["local"], prefill_local=a["local"]))
+    outcome(lambda: md.combined_prefill(a["compress_ratio"], 4, prefill_local=a["local"]))
     r = outcome(lambda: sparse_swa.compressed_topk_to_global(md, **a))
     if isinstance(r, tuple):  # rows past the local top-k's (a taller out=) are not written
         n = len(a["local"])
