@@ -93,6 +93,30 @@ int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params) {
   return detail::cuda_sparse_attention_workspace_bytes(params);
 }
 
+int64_t sparse_attention_max_workspace_bytes() {
+  return detail::cuda_sparse_attention_max_workspace_bytes();
+}
+
+StatusOr<std::unique_ptr<AttentionWorkspace>> AttentionWorkspace::create(void* cuda_stream) {
+  if (!detail::cuda_device_usable()) {
+    return unavailable("attention workspace: no usable CUDA device");
+  }
+  if (detail::cuda_stream_capturing(cuda_stream)) {
+    return unavailable("attention workspace: the stream is capturing a CUDA graph");
+  }
+  std::unique_ptr<AttentionWorkspace> w(new AttentionWorkspace());
+  w->bytes_ = sparse_attention_max_workspace_bytes();
+  if (w->bytes_ > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        detail::cuda_device_alloc(&w->data_, static_cast<size_t>(w->bytes_)));
+  }
+  return w;
+}
+
+AttentionWorkspace::~AttentionWorkspace() {
+  if (data_ != nullptr) detail::cuda_device_free(data_);
+}
+
 Status sparse_attention_cuda_from_host(const SparseAttentionParams& host_params) {
   SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(host_params, MemorySpace::kHost));
   return detail::cuda_sparse_attention_from_host(host_params);

@@ -28,6 +28,8 @@ bool cuda_device_usable();
 // Synchronous device allocation and copies (device_copies.cc).
 Status cuda_device_alloc(void** ptr, size_t bytes);
 void cuda_device_free(void* ptr);
+// True while `cuda_stream` (nullptr = the default stream) is capturing a graph; false on errors.
+bool cuda_stream_capturing(void* cuda_stream);
 Status cuda_copy_host_to_device(void* dst, const void* src, size_t bytes);
 Status cuda_copy_device_to_host(void* dst, const void* src, size_t bytes);
 
@@ -59,6 +61,8 @@ class BuilderRows {
   // the logical window W, with the build's token mapping and validity. Checked as write_rows.
   virtual Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) = 0;
   virtual Status take_device_error() = 0;
+  // The stream later calls enqueue on (CUDA; the CPU ignores it).
+  virtual void set_stream(void* cuda_stream) = 0;
   // Tests: fills every output buffer with `byte` (CUDA; the CPU has nothing to poison).
   virtual Status poison(uint8_t byte) = 0;
 };
@@ -166,6 +170,8 @@ Status cpu_sparse_attention_reference(const SparseAttentionParams& p, double* ou
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);
 // sparse_attention_workspace_bytes(): 0 without a CUDA build or device.
 int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p);
+// sparse_attention_max_workspace_bytes(): 0 without a CUDA build or device.
+int64_t cuda_sparse_attention_max_workspace_bytes();
 // Copies host params to the device, runs, copies out, lse and the bad-index count back.
 Status cuda_sparse_attention_from_host(const SparseAttentionParams& host_params);
 

@@ -164,4 +164,6 @@ Status MetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadat
 
 Status MetadataBuilder::take_device_error() { return rows_->take_device_error(); }
 
+void MetadataBuilder::set_cuda_stream(void* cuda_stream) { rows_->set_stream(cuda_stream); }
+
 }  // namespace sparse_swa

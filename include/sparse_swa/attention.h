@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "sparse_swa/index_view.h"
 #include "sparse_swa/kv_cache.h"
@@ -74,6 +75,31 @@ Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream =
 // Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths) on the current
 // device: 0 when it would not split the keys, without a CUDA build or without a device.
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
+
+// The most sparse_attention_workspace_bytes() gives for any shape on the current device (the
+// split-KV planner fills the SMs once, so the bound depends on the device only): a workspace of
+// this size serves every call. 0 without a CUDA build or device.
+int64_t sparse_attention_max_workspace_bytes();
+
+// An owned device allocation of sparse_attention_max_workspace_bytes() on the current device,
+// for SparseAttentionParams::workspace. Errors: UNAVAILABLE without a CUDA build or device, or
+// while `cuda_stream` (a cudaStream_t, nullptr = the default stream) is being captured into a
+// CUDA graph (allocating would invalidate the capture; a call without a workspace only splits
+// less); INTERNAL on a CUDA error. A size of 0 (no split ever planned) owns nothing.
+class AttentionWorkspace {
+ public:
+  static StatusOr<std::unique_ptr<AttentionWorkspace>> create(void* cuda_stream = nullptr);
+  ~AttentionWorkspace();
+  AttentionWorkspace(const AttentionWorkspace&) = delete;
+  AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  AttentionWorkspace() = default;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
 
 // The CPU reference without output rounding: out [T, H, 512] and lse [T, H] in double (host
 // memory; params.out and params.lse are ignored).

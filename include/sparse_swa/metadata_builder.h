@@ -64,6 +64,12 @@ class MetadataBuilder {
   // (docs/design.md#the-device-error-word).
   Status take_device_error();
 
+  // CUDA backend: the cudaStream_t later build(), update_draft_decode_rows() and
+  // take_device_error() calls enqueue on (nullptr = the default stream), replacing create()'s.
+  // Nothing orders work across the two streams: a caller that switches orders them itself. The
+  // CPU backend ignores it.
+  void set_cuda_stream(void* cuda_stream);
+
  private:
   friend struct detail::BuilderInternals;
   MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived, Backend backend);

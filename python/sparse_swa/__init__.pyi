@@ -4,11 +4,28 @@ bool or float is annotated, the numpy scalar of that kind is taken too."""
 
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
+from . import dispatch as dispatch
+
 __version__: str
-has_cuda_backend: bool
+
+class _BuildFlag:
+    """A bool that is also callable (has_cuda_backend() and `if has_cuda_backend:` agree)."""
+
+    def __call__(self) -> bool: ...
+    def __bool__(self) -> bool: ...
+
+has_cuda_backend: _BuildFlag  # this build has the CUDA backend (a device may still be missing)
 
 def cuda_available() -> bool:
     """True when this build has the CUDA backend and a CUDA device is usable."""
+
+def to_bf16_bits(x: Any) -> np.ndarray:
+    """float32 values -> bf16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
+
+def from_bf16_bits(bits: Any) -> np.ndarray:
+    """bf16 bit patterns (uint16) -> float32 values (exact)."""
 
 class BuilderConfig:
     """Builder configuration with the JSON config's field names; validated by MetadataBuilder."""
@@ -23,13 +40,17 @@ class BuilderConfig:
     parallel_drafting: bool
     max_image_tokens: int
     compress_ratios: list[int]  # each in {1, 2, 4, 128}; empty means [1]
-    def __init__(self) -> None: ...
+    noncausal_index_width: int  # DSpark row width; 0 derives it (dispatch.choose_noncausal_width)
+    def __init__(self, **fields: Any) -> None: ...
     @staticmethod
     def from_dict(config: Mapping[str, Any]) -> BuilderConfig: ...
     def to_dict(self) -> dict[str, Any]: ...
 
 # Any DLPack producer: numpy.ndarray, torch.Tensor, cupy.ndarray, jax.Array.
 Array = Any
+# None (torch's current stream for torch tensors, else the default), an int cudaStream_t, or an
+# object with .cuda_stream (torch.cuda.Stream, cupy Stream) or __cuda_stream__().
+Stream = Any
 ChunkPlan = list[tuple[int, int, int, int]]
 ImageSpans = Mapping[int, Sequence[tuple[int, int]]]
 
@@ -87,14 +108,33 @@ class SwaMetadata:
     def copy(self) -> SwaMetadata:
         """A snapshot with owned array copies; later builds leave it alone. ValueError when a
         later build() already made this metadata stale (is_current False)."""
-    def mixed_matrix(self) -> tuple[Array, Array, Array]:
-        """SWA-only mixed matrix as new host arrays: (indices [T, row_width] int32, lens [T]
-        int32, swa_lens [T] int32). Host metadata of the last build() only."""
+    def mixed_matrix(
+        self,
+        *,
+        compress_ratio: int = 1,
+        block_table: Array | None = None,
+        block_size: int | None = None,
+        decode_local: Array | None = None,
+        decode_global: Array | None = None,
+        decode_global_lens: Array | None = None,
+        prefill_local: Array | None = None,
+        stream: Stream = None,
+    ) -> tuple[Array, Array, Array]:
+        """The mixed matrix of one layer as new arrays where the metadata lives: (indices
+        [T, row_width] int32, lens [T] int32, swa_lens [T] int32). SWA-only by default; a
+        compressed layer passes its compressed block_table / block_size and top-k (decode_local
+        for C2A/C4A or decode_global + decode_global_lens for C128A, prefill_local)."""
     def combined_prefill(
-        self, compress_ratio: int = 1, chunk_size: int = 4
+        self,
+        compress_ratio: int = 1,
+        chunk_size: int = 4,
+        *,
+        prefill_local: Array | None = None,
+        stream: Stream = None,
     ) -> list[tuple[tuple[int, int, int, int], Array, Array]]:
-        """SWA-only FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32,
-        lens [n] int32). compress_ratio other than 1 raises NotImplementedError."""
+        """FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32, lens [n]
+        int32), where the metadata lives; a compressed layer passes prefill_local [>= Tp,
+        TOP_K]."""
 
 class MetadataBuilder:
     """The per-step SWA metadata builder (CPU backend for host arrays, CUDA for device)."""
@@ -117,6 +157,8 @@ class MetadataBuilder:
         image_spans: ImageSpans | None = None,
         query_start_loc_cpu: Array | None = None,
         seq_lens_cpu: Array | None = None,
+        *,
+        stream: Stream = None,
     ) -> SwaMetadata: ...
     def update_draft_decode_metadata(
         self,
@@ -126,6 +168,7 @@ class MetadataBuilder:
         block_table: Array | None = None,
         query_start_loc_cpu: Array | None = None,
         seq_lens_cpu: Array | None = None,
+        stream: Stream = None,
     ) -> None: ...
     def update_draft_decode_rows(
         self,
@@ -136,6 +179,8 @@ class MetadataBuilder:
         slot_mapping: Array,
         query_start_loc_cpu: Array | None = None,
         seq_lens_cpu: Array | None = None,
+        *,
+        stream: Stream = None,
     ) -> None: ...
     @property
     def config(self) -> BuilderConfig: ...
@@ -152,9 +197,10 @@ class MetadataBuilder:
     @property
     def backends(self) -> list[str]: ...
 
-def to_ragged(indices: Array, lens: Array) -> tuple[Array, Array]:
-    """Host indices [rows, width] int32 + lens [rows] int32 -> (indptr [rows + 1] int32,
-    flat [indptr[-1]] int32); rows x width <= 2**31 - 1."""
+def to_ragged(indices: Array, lens: Array, *, stream: Stream = None) -> tuple[Array, Array]:
+    """indices [rows, width] or [rows, 1, width] int32 + lens [rows] int32 -> (indptr [rows + 1]
+    int32, flat int32): host flat is [indptr[-1]]; device flat has capacity rows x width, valid
+    prefix indptr[-1]. rows x width <= 2**31 - 1."""
 
 def page_layout(
     block_size: int, dtype: str = "fp8_ds_mla", consumer: str = "flashmla"
@@ -174,14 +220,29 @@ def compressed_page_layout(
     compress_ratio 2, 4 or 128, attn_block_size a positive multiple of 32 and of the ratio."""
 
 def encode_kv(
-    cache: Array, block_size: int, rows: Array, slots: Array, dtype: str = "fp8_ds_mla"
+    cache: Array,
+    block_size: int,
+    rows: Array,
+    slots: Array,
+    dtype: str = "fp8_ds_mla",
+    *,
+    stream: Stream = None,
 ) -> None:
-    """Writes rows [n, 512] float32 into the host uint8 cache [num_blocks, page_bytes] at slots
-    [n] int64 (-1 = skip), in place. The row stride is the page stride; the columns must hold
-    a page's content (content_bytes), else ValueError (decode_kv, sparse_attention alike)."""
+    """Writes rows [n, 512] (float32, bfloat16 or uint16 bf16 bits) into the uint8 cache
+    [num_blocks, page_bytes] at slots [n] int64 (-1 = skip), in place; host arrays on the CPU,
+    CUDA arrays on the GPU. The row stride is the page stride; the columns must hold a page's
+    content (content_bytes), else ValueError (decode_kv, sparse_attention alike)."""
 
-def decode_kv(cache: Array, block_size: int, slots: Array, dtype: str = "fp8_ds_mla") -> Array:
-    """Reads slots [n] int64 back -> float32 [n, 512] (slot -1: zeros)."""
+def decode_kv(
+    cache: Array,
+    block_size: int,
+    slots: Array,
+    dtype: str = "fp8_ds_mla",
+    *,
+    out: Array | None = None,
+    stream: Stream = None,
+) -> Array:
+    """Reads slots [n] int64 back -> float32 [n, 512] (slot -1: zeros), into out when given."""
 
 def sparse_attention(
     q: Array,
@@ -192,6 +253,31 @@ def sparse_attention(
     scale: float | None = None,
     sinks: Array | None = None,
     dtype: str = "fp8_ds_mla",
+    *,
+    extra_cache: Array | None = None,
+    extra_block_size: int | None = None,
+    extra_indices: Array | None = None,
+    extra_lens: Array | None = None,
+    out: Array | None = None,
+    lse: Array | None = None,
+    stream: Stream = None,
 ) -> tuple[Array, Array]:
-    """CPU-backend sparse attention: q [T, H, 512] uint16 bf16 bits -> (out [T, H, 512] uint16
-    bf16 bits, lse [T, H] float32, +inf for a row without keys). Host arrays only for now."""
+    """Sparse MLA attention over the SWA segment (+ the optional compressed extra_* segment):
+    q [T, H, 512] bfloat16 (or uint16 bf16 bits), indices [T, W] or [T, 1, W] int32, lens [T]
+    int32 -> (out [T, H, 512] of q's dtype, lse [T, H] float32, +inf for a row without keys).
+    Host arrays: the CPU reference; CUDA arrays: the CUDA kernels on `stream`."""
+
+def compressed_topk_to_global(
+    metadata: SwaMetadata,
+    first_token: int,
+    local: Array,
+    block_table: Array,
+    block_size: int,
+    compress_ratio: int,
+    *,
+    out: Array | None = None,
+    out_lens: Array | None = None,
+    stream: Stream = None,
+) -> tuple[Array, Array]:
+    """Compressed top-k local [n, topk] int32 of tokens first_token.. -> (global slots [n, topk]
+    int32, -1 = none, lens [n] int32), where the metadata lives."""

@@ -79,13 +79,17 @@ void expect_aligned(const void* data, size_t alignment, std::string_view field) 
 
 void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides, size_t itemsize,
                       std::string_view field) {
-  std::string dims;
-  for (size_t d = 0; d < ndim; ++d) dims += str_cat(d == 0 ? "" : ", ", shape[d]);
+  // "2, 3": for the messages only (a string stream per call costs microseconds).
+  auto dims = [&] {
+    std::string text;
+    for (size_t d = 0; d < ndim; ++d) text += str_cat(d == 0 ? "" : ", ", shape[d]);
+    return text;
+  };
   int64_t count = 1, extent = 0;  // extent: the largest element offset, in elements
   bool fits = true;
   for (size_t d = 0; d < ndim && fits; ++d) {
     if (shape[d] < 0) {
-      raise_value_error(str_cat(field, ": expected dimensions >= 0, got shape [", dims, "]"));
+      raise_value_error(str_cat(field, ": expected dimensions >= 0, got shape [", dims(), "]"));
     }
     fits = !__builtin_mul_overflow(count, shape[d], &count);
   }
@@ -104,13 +108,15 @@ void expect_countable(size_t ndim, const int64_t* shape, const int64_t* strides,
            !__builtin_mul_overflow(bytes, static_cast<int64_t>(itemsize), &bytes);
   }
   if (!fits) {
-    raise_value_error(str_cat(field, ": shape [", dims, "] (itemsize ", itemsize,
+    raise_value_error(str_cat(field, ": shape [", dims(), "] (itemsize ", itemsize,
                               ") has more elements or bytes than int64 can count"));
   }
 }
 
-Framework framework_of(nb::handle obj) {
-  nb::object module = nb::getattr(obj.type(), "__module__", nb::none());
+namespace {
+
+Framework framework_of_type(nb::handle type) {
+  nb::object module = nb::getattr(type, "__module__", nb::none());
   if (!nb::isinstance<nb::str>(module)) return Framework::kDlpack;
   const std::string name = message_text(module);
   auto is = [&](std::string_view pkg) {
@@ -124,19 +130,66 @@ Framework framework_of(nb::handle obj) {
   return Framework::kDlpack;
 }
 
+// torch._C._to_dlpack: one C call, where Tensor.__dlpack__ runs Python (several microseconds
+// per array). None when torch has no such function.
+nb::handle torch_to_dlpack() {
+  static const nb::handle fn =
+      nb::getattr(nb::module_::import_("torch._C"), "_to_dlpack", nb::none()).release();
+  return fn;
+}
+
+}  // namespace
+
+Framework framework_of(nb::handle obj) {
+  // A few recently seen types (kept alive, so an address is never reused by another type).
+  struct Seen {
+    nb::object type;
+    Framework framework;
+  };
+  static Seen* seen = new Seen[8];  // never freed: no destructor after the interpreter is gone
+  static size_t next = 0;
+  nb::handle type = obj.type();
+  for (size_t i = 0; i < 8; ++i) {
+    if (seen[i].type.is(type)) return seen[i].framework;
+  }
+  const Framework f = framework_of_type(type);
+  seen[next] = {nb::borrow(type), f};
+  next = (next + 1) % 8;
+  return f;
+}
+
 std::string place_name(const Place& place) {
   return place.device == Device::kCpu ? std::string("cpu") : str_cat("cuda:", place.device_id);
 }
 
-InputArray import_array(nb::handle obj, std::string_view field) {
-  InputArray a;
-  if (!nb::try_cast(obj, a, /*convert=*/false)) {
+namespace {
+
+// Imports through torch._C._to_dlpack when `obj` is a torch tensor; false when that path does
+// not apply or fails (the general path then reports it).
+template <typename Array>
+bool try_torch_import(nb::handle obj, Array& a) {
+  if (framework_of(obj) != Framework::kTorch || torch_to_dlpack().is_none()) return false;
+  PyObject* capsule = PyObject_CallOneArg(torch_to_dlpack().ptr(), obj.ptr());
+  if (capsule == nullptr) {
+    PyErr_Clear();  // e.g. a tensor that requires grad
+    return false;
+  }
+  const bool ok = nb::try_cast(nb::handle(capsule), a, /*convert=*/false);
+  Py_DECREF(capsule);
+  return ok;
+}
+
+template <typename Array>
+Array import_any(nb::handle obj, std::string_view field, const char* writable) {
+  Array a;
+  if (!try_torch_import(obj, a) && !nb::try_cast(obj, a, /*convert=*/false)) {
     if (nb::hasattr(obj, "__dlpack__")) {
-      raise_value_error(str_cat(field, ": its DLPack export failed (", type_name_of(obj),
+      raise_value_error(str_cat(field, ": its ", writable, "DLPack export failed (",
+                                type_name_of(obj),
                                 "; a torch tensor that requires grad needs .detach())"));
     }
-    raise_value_error(str_cat(field,
-                              ": expected an array supporting DLPack or the buffer protocol "
+    raise_value_error(str_cat(field, ": expected ", *writable ? "a writable " : "an ",
+                              "array supporting DLPack or the buffer protocol "
                               "(numpy, torch, cupy, jax), got ",
                               type_name_of(obj)));
   }
@@ -144,16 +197,25 @@ InputArray import_array(nb::handle obj, std::string_view field) {
   return a;
 }
 
-Place place_of(const InputArray& a, std::string_view field) {
-  if (a.device_type() == nb::device::cpu::value) return {Device::kCpu, 0};
-  if (a.device_type() == nb::device::cuda::value) return {Device::kCuda, a.device_id()};
-  raise_value_error(
-      str_cat(field, ": expected a cpu or cuda array, got DLPack device type ", a.device_type()));
+}  // namespace
+
+InputArray import_array(nb::handle obj, std::string_view field) {
+  return import_any<InputArray>(obj, field, "");
 }
 
-void expect_place(const InputArray& a, std::string_view field, const Place& expected,
-                  std::string_view why) {
-  const Place actual = place_of(a, field);
+nb::ndarray<> import_writable_array(nb::handle obj, std::string_view field) {
+  return import_any<nb::ndarray<>>(obj, field, "writable ");
+}
+
+Place place_of_device(int32_t device_type, int32_t device_id, std::string_view field) {
+  if (device_type == nb::device::cpu::value) return {Device::kCpu, 0};
+  if (device_type == nb::device::cuda::value) return {Device::kCuda, device_id};
+  raise_value_error(
+      str_cat(field, ": expected a cpu or cuda array, got DLPack device type ", device_type));
+}
+
+void expect_same_place(const Place& actual, std::string_view field, const Place& expected,
+                       std::string_view why) {
   if (!(actual == expected)) {
     raise_value_error(str_cat(field, ": expected device ", place_name(expected), " ", why, ", got ",
                               place_name(actual)));

@@ -44,11 +44,23 @@ void expect_countable(const Array& a, std::string_view field) {
 // Imports `obj` through DLPack (or the buffer protocol). ValueError when it is not an array, or
 // when its shape is not countable (expect_countable).
 InputArray import_array(nb::handle obj, std::string_view field);
+// The same for an array written in place: a read-only one (e.g. a non-writeable numpy array) is
+// a ValueError. Torch tensors go through torch._C._to_dlpack (no Python-level __dlpack__).
+nb::ndarray<> import_writable_array(nb::handle obj, std::string_view field);
 // The array's device: cpu or cuda; any other DLPack device raises ValueError.
-Place place_of(const InputArray& a, std::string_view field);
-// ValueError unless `a` lives at `expected`; `why` ends the message ("like query_start_loc").
-void expect_place(const InputArray& a, std::string_view field, const Place& expected,
-                  std::string_view why);
+Place place_of_device(int32_t device_type, int32_t device_id, std::string_view field);
+template <typename Array>
+Place place_of(const Array& a, std::string_view field) {
+  return place_of_device(a.device_type(), a.device_id(), field);
+}
+// ValueError unless `actual` is `expected`; `why` ends the message ("like query_start_loc").
+void expect_same_place(const Place& actual, std::string_view field, const Place& expected,
+                       std::string_view why);
+template <typename Array>
+void expect_place(const Array& a, std::string_view field, const Place& expected,
+                  std::string_view why) {
+  expect_same_place(place_of(a, field), field, expected, why);
+}
 
 // ValueError unless `data` is `alignment`-byte aligned (a view offset into a buffer may not be).
 void expect_aligned(const void* data, size_t alignment, std::string_view field);

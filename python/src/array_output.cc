@@ -20,6 +20,25 @@ nb::object wrap(const ArrayOut& out, T* data, std::initializer_list<size_t> shap
   return array.cast(nb::rv_policy::reference);
 }
 
+// torch._C._from_dlpack: a capsule to a tensor in one C call, where nanobind's torch export goes
+// through the Python-level torch.utils.dlpack.from_dlpack (microseconds per array). None when
+// torch has no such function; torch must already be imported (the caller passed a tensor).
+nb::handle torch_from_dlpack() {
+  static const nb::handle fn =
+      nb::getattr(nb::module_::import_("torch._C"), "_from_dlpack", nb::none()).release();
+  return fn;
+}
+
+template <typename T>
+nb::object wrap_torch(const ArrayOut& out, T* data, std::initializer_list<size_t> shape,
+                      std::initializer_list<int64_t> strides) {
+  if (torch_from_dlpack().is_none()) return wrap<nb::pytorch>(out, data, shape, strides);
+  // nanobind's own ndarray object, whose __dlpack__ is C: its capsule goes to torch directly.
+  nb::object array = wrap<nb::array_api>(out, data, shape, strides);
+  nb::object capsule = array.attr("__dlpack__")();
+  return torch_from_dlpack()(capsule);
+}
+
 }  // namespace
 
 template <typename T>
@@ -31,7 +50,7 @@ nb::object export_array(const ArrayOut& out, const T* data, std::initializer_lis
     case Framework::kNumpy:
       return wrap<nb::numpy>(out, ptr, shape, strides);
     case Framework::kTorch:
-      return wrap<nb::pytorch>(out, ptr, shape, strides);
+      return wrap_torch(out, ptr, shape, strides);
     case Framework::kCupy:
       return wrap<nb::cupy>(out, ptr, shape, strides);
     case Framework::kJax:

@@ -9,9 +9,10 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "array_input.h"
-#include "consumers_binding.h"
+#include "call_arrays.h"
 #include "python_values.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
@@ -20,71 +21,6 @@
 namespace sparse_swa::python {
 
 namespace {
-
-const char* dtype_label(const nb::dlpack::dtype& d) {
-  if (d == nb::dtype<uint8_t>()) return "uint8";
-  if (d == nb::dtype<uint16_t>()) return "uint16";
-  if (d == nb::dtype<int32_t>()) return "int32";
-  if (d == nb::dtype<int64_t>()) return "int64";
-  if (d == nb::dtype<float>()) return "float32";
-  return "another dtype";
-}
-
-// Host T array of `ndim` dimensions seen as [shape(0), product of the rest] with C-contiguous
-// rows. Device arrays: NotImplementedError (this binding runs the CPU backend only).
-template <typename T, typename Array>
-MatrixView<T> host_matrix(const Array& a, std::string_view field, const char* want, size_t ndim) {
-  if (a.device_type() != nb::device::cpu::value) {
-    raise_status(unimplemented(field, ": host (cpu) arrays only for now"));
-  }
-  if (a.dtype() != nb::dtype<std::remove_const_t<T>>()) {
-    raise_value_error(str_cat(field, ": expected dtype ", want, ", got ", dtype_label(a.dtype())));
-  }
-  if (a.ndim() != ndim) {
-    raise_value_error(str_cat(field, ": expected ", ndim, " dimensions, got ", a.ndim()));
-  }
-  expect_countable(a, field);        // before any product of the dimensions
-  const bool empty = a.size() == 0;  // any strides; nothing is read
-  int64_t cols = 1;
-  for (size_t d = ndim; d-- > 1;) {
-    if (!empty && a.shape(d) > 1 && a.stride(d) != cols) {
-      raise_value_error(str_cat(field, ": expected C-contiguous rows, got stride ", a.stride(d),
-                                " in dimension ", d));
-    }
-    cols *= static_cast<int64_t>(a.shape(d));
-  }
-  const auto rows = static_cast<int64_t>(ndim == 0 ? 1 : a.shape(0));
-  const int64_t stride = rows > 1 && !empty ? a.stride(0) : cols;
-  if (stride < cols) {
-    raise_value_error(str_cat(field, ": expected a row stride >= ", cols, ", got ", stride));
-  }
-  if (!empty) expect_aligned(a.data(), alignof(T), field);
-  return {static_cast<T*>(const_cast<void*>(static_cast<const void*>(a.data()))), rows, cols,
-          stride, MemorySpace::kHost};
-}
-
-template <typename T>
-MatrixView<const T> input_matrix(nb::handle obj, std::string_view field, const char* want,
-                                 size_t ndim) {
-  nb::ndarray<nb::ro> a;
-  if (!nb::try_cast(obj, a, /*convert=*/false)) {
-    const char* article = want[0] == 'i' ? "an " : "a ";  // int32, int64; float32
-    raise_value_error(
-        str_cat(field, ": expected ", article, want, " array, got ", type_name_of(obj)));
-  }
-  return host_matrix<const T>(a, field, want, ndim);
-}
-
-// 1-D inputs are [1, n] matrices of one contiguous row.
-template <typename T>
-std::span<const T> input_vector(nb::handle obj, std::string_view field, const char* want) {
-  const MatrixView<const T> m = input_matrix<T>(obj, field, want, 1);
-  if (m.rows > 1 && m.stride != 1) {
-    raise_value_error(
-        str_cat(field, ": expected a contiguous array (stride 1), got stride ", m.stride));
-  }
-  return {m.data, static_cast<size_t>(m.rows)};
-}
 
 CacheDtype dtype_from(nb::handle name) {
   auto d = parse_cache_dtype(string_from_python(name, "dtype"));
@@ -128,14 +64,12 @@ nb::dict compressed_page_layout_dict(nb::handle attn_block_size, nb::handle comp
                                             dtype_from(dtype), consumer_from(consumer)));
 }
 
-// A [num_blocks, >= content bytes] uint8 host cache: the row stride is the page stride, and the
-// columns must hold a page's content (the library reads and writes all of it on every page).
+// A [num_blocks, >= content bytes] uint8 cache at the call's place: the row stride is the page
+// stride, and the columns must hold a page's content (the library reads and writes all of it).
 template <typename Void, typename Array>
 BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_t block_size,
-                                  nb::handle dtype) {
-  using Byte = std::conditional_t<std::is_const_v<Void>, const uint8_t, uint8_t>;
-  const MatrixView<Byte> m = host_matrix<Byte>(a, field, "uint8", 2);
-  const CacheDtype d = dtype_from(dtype);
+                                  CacheDtype d, MemorySpace space) {
+  const FlatMatrix m = flat_matrix(a, field, {Elem::kUint8}, 2);
   const int64_t content = int64_t{block_size} * cache_token_bytes(d);
   if (block_size >= 1 && m.cols < content) {
     raise_value_error(str_cat(field, ": expected >= ", content, " columns (block_size ", block_size,
@@ -143,57 +77,135 @@ BasicKvCacheView<Void> cache_view(const Array& a, std::string_view field, int32_
                               ", a page's content), got ", m.cols));
   }
   const int64_t stride = a.shape(0) > 1 ? m.stride : m.cols;
-  return {m.data, m.rows, block_size, stride, d, MemorySpace::kHost};
+  return {m.data, m.rows, block_size, stride, d, space};
 }
 
-ConstKvCacheView input_cache(nb::handle obj, std::string_view field, int32_t block_size,
-                             nb::handle dtype) {
-  nb::ndarray<nb::ro> a;
-  if (!nb::try_cast(obj, a, /*convert=*/false)) {
-    raise_value_error(str_cat(field, ": expected a uint8 array, got ", type_name_of(obj)));
-  }
-  return cache_view<const void>(a, field, block_size, dtype);
+// 1-D inputs at the call's place.
+template <typename T>
+std::span<const T> vector_at(nb::handle obj, std::string_view field, Elem elem,
+                             const CallPlace& call) {
+  return vector_of<T>(import_at(obj, field, call), field, elem);
 }
 
 void encode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle rows_obj,
-               nb::handle slots_obj, nb::handle dtype) {
+               nb::handle slots_obj, nb::handle dtype, nb::handle stream) {
   const int32_t block_size = int32_from_python(block_size_obj, "block_size");
-  nb::ndarray<> cache_array;
-  if (!nb::try_cast(cache_obj, cache_array, /*convert=*/false)) {
+  const CacheDtype d = dtype_from(dtype);
+  CallPlace call;
+  const nb::ndarray<>& cache_array = import_writable_anchor(cache_obj, "cache", &call);
+  const KvCacheView cache = cache_view<void>(cache_array, "cache", block_size, d, call.space());
+  const FlatMatrix rows = flat_matrix(import_at(rows_obj, "rows", call), "rows",
+                                      {Elem::kFloat32, Elem::kBf16, Elem::kUint16}, 2);
+  const std::span<const int64_t> slots = vector_at<int64_t>(slots_obj, "slots", Elem::kInt64, call);
+  if (static_cast<int64_t>(slots.size()) != rows.rows) {
     raise_value_error(
-        str_cat("cache: expected a writable uint8 array, got ", type_name_of(cache_obj)));
+        str_cat("slots: expected ", rows.rows, " entries (the rows of rows), got ", slots.size()));
   }
-  const KvCacheView cache = cache_view<void>(cache_array, "cache", block_size, dtype);
-  const MatrixView<const float> rows = input_matrix<float>(rows_obj, "rows", "float32", 2);
-  const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
-  throw_if_error(encode_kv_rows(rows, slots, cache));
+  KvCodecOptions options;
+  options.cuda_stream = stream_from(stream, call, nullptr);
+  if (rows.elem == Elem::kFloat32) {
+    throw_if_error(encode_kv_rows(typed<const float>(rows, call.space()), slots, cache, options));
+  } else {
+    throw_if_error(
+        encode_kv_rows_bf16(typed<const uint16_t>(rows, call.space()), slots, cache, options));
+  }
 }
 
 nb::object decode_kv(nb::handle cache_obj, nb::handle block_size_obj, nb::handle slots_obj,
-                     nb::handle dtype) {
+                     nb::handle dtype, nb::handle out_obj, nb::handle stream) {
   const int32_t block_size = int32_from_python(block_size_obj, "block_size");
-  const ConstKvCacheView cache = input_cache(cache_obj, "cache", block_size, dtype);
-  const std::span<const int64_t> slots = input_vector<int64_t>(slots_obj, "slots", "int64");
-  auto [out, data] =
-      new_host_array<float>("slots", {slots.size(), static_cast<size_t>(kHeadDim)}, 0.0f);
-  const MatrixView<float> view{data, static_cast<int64_t>(slots.size()), kHeadDim, kHeadDim,
-                               MemorySpace::kHost};
-  throw_if_error(decode_kv_rows(cache, slots, view));
+  CallPlace call;
+  const InputArray& cache_array = import_anchor(cache_obj, "cache", &call);
+  const ConstKvCacheView cache =
+      cache_view<const void>(cache_array, "cache", block_size, dtype_from(dtype), call.space());
+  const std::span<const int64_t> slots = vector_at<int64_t>(slots_obj, "slots", Elem::kInt64, call);
+  const auto n = static_cast<int64_t>(slots.size());
+  nb::object out;
+  MatrixView<float> view;
+  if (out_obj.is_none()) {
+    const NewArray a = new_array(call, Elem::kFloat32,
+                                 {slots.size(), static_cast<size_t>(kHeadDim)}, "out", "slots");
+    out = a.array;
+    view = {static_cast<float*>(a.data), n, kHeadDim, kHeadDim, call.space()};
+  } else {
+    const FlatMatrix m =
+        flat_matrix(import_writable_at(out_obj, "out", call), "out", {Elem::kFloat32}, 2);
+    if (m.rows != n || m.cols != kHeadDim) {
+      raise_value_error(str_cat("out: expected shape [", n, ", ", kHeadDim, "] (slots, 512), got [",
+                                m.rows, ", ", m.cols, "]"));
+    }
+    out = nb::borrow(out_obj);
+    view = typed<float>(m, call.space());
+  }
+  KvCodecOptions options;
+  options.cuda_stream = stream_from(stream, call, nullptr);
+  throw_if_error(decode_kv_rows(cache, slots, view, options));
   return out;
 }
+
+// One index segment: the cache, its rows [T, W] (or [T, 1, W]) and lens [T].
+struct Segment {
+  ConstKvCacheView cache;
+  ConstIndexView indices;
+};
+
+Segment segment_at(const CallPlace& call, nb::handle cache_obj, const char* cache_field,
+                   int32_t block_size, CacheDtype d, nb::handle indices_obj,
+                   const char* indices_field, nb::handle lens_obj, const char* lens_field,
+                   int64_t tokens) {
+  Segment s;
+  s.cache = cache_view<const void>(import_at(cache_obj, cache_field, call), cache_field, block_size,
+                                   d, call.space());
+  const MatrixView<const int32_t> idx =
+      index_rows(import_at(indices_obj, indices_field, call), indices_field, call.space());
+  if (idx.rows != tokens) {
+    raise_value_error(
+        str_cat(indices_field, ": expected ", tokens, " rows (the tokens of q), got ", idx.rows));
+  }
+  const std::span<const int32_t> lens =
+      vector_at<int32_t>(lens_obj, lens_field, Elem::kInt32, call);
+  if (static_cast<int64_t>(lens.size()) != idx.rows) {
+    raise_value_error(str_cat(lens_field, ": expected ", idx.rows, " entries (the rows of ",
+                              indices_field, "), got ", lens.size()));
+  }
+  s.indices = {idx.data,   lens.data(), idx.rows,    static_cast<int32_t>(idx.cols),
+               idx.stride, 0,           call.space()};
+  return s;
+}
+
+// The library's messages name its params fields; the Python arguments are named instead.
+Status renamed(const Status& status) {
+  return renamed_fields(status, {{"params.swa_indices.lens", "lens"},
+                                 {"params.swa_indices", "indices"},
+                                 {"params.extra_indices.lens", "extra_lens"},
+                                 {"params.extra_indices", "extra_indices"},
+                                 {"params.swa_cache", "swa_cache"},
+                                 {"params.extra_cache", "extra_cache"},
+                                 {"params.sinks", "sinks"},
+                                 {"params.out", "out"},
+                                 {"params.lse", "lse"},
+                                 {"params.q", "q"},
+                                 {"params.num_heads", "q"},
+                                 {"params.num_tokens", "q"},
+                                 {"params.softmax_scale", "scale"}});
+}
+
+struct AttentionArgs {
+  nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream;
+};
 
 std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
                                              nb::handle block_size_obj, nb::handle indices_obj,
                                              nb::handle lens_obj, nb::handle scale_obj,
-                                             nb::handle sinks_obj, nb::handle dtype) {
+                                             nb::handle sinks_obj, nb::handle dtype,
+                                             const AttentionArgs& k) {
   const int32_t block_size = int32_from_python(block_size_obj, "swa_block_size");
   const float scale =
       scale_obj.is_none() ? kDefaultSoftmaxScale : float_from_python(scale_obj, "scale");
-  nb::ndarray<nb::ro> q_array;
-  if (!nb::try_cast(q_obj, q_array, /*convert=*/false)) {
-    raise_value_error(str_cat("q: expected a uint16 (bf16 bits) array, got ", type_name_of(q_obj)));
-  }
-  const MatrixView<const uint16_t> q = host_matrix<const uint16_t>(q_array, "q", "uint16", 3);
+  const CacheDtype d = dtype_from(dtype);
+  CallPlace call;
+  const InputArray& q_array = import_anchor(q_obj, "q", &call);
+  const FlatMatrix q = flat_matrix(q_array, "q", {Elem::kBf16, Elem::kUint16}, 3);
   const size_t tokens = q_array.shape(0);
   const size_t heads = q_array.shape(1);
   const size_t dim = q_array.shape(2);
@@ -208,42 +220,82 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   if (dim != static_cast<size_t>(kHeadDim)) {
     raise_value_error(str_cat("q: expected head dim ", kHeadDim, ", got ", dim));
   }
-  const MatrixView<const int32_t> idx = input_matrix<int32_t>(indices_obj, "indices", "int32", 2);
-  if (idx.cols > INT32_MAX) {
-    raise_value_error(
-        str_cat("indices: expected a width (columns) <= ", INT32_MAX, ", got ", idx.cols));
+  const auto t = static_cast<int64_t>(tokens);
+  SparseAttentionParams p;
+  p.num_tokens = t;
+  p.num_heads = static_cast<int32_t>(heads);
+  p.q = static_cast<const uint16_t*>(q.data);
+  const Segment swa = segment_at(call, cache_obj, "swa_cache", block_size, d, indices_obj,
+                                 "indices", lens_obj, "lens", t);
+  p.swa_cache = swa.cache;
+  p.swa_indices = swa.indices;
+  const bool has_extra =
+      !k.extra_cache.is_none() || !k.extra_indices.is_none() || !k.extra_lens.is_none();
+  if (has_extra) {
+    for (const auto& [obj, name] :
+         {std::pair{k.extra_cache, "extra_cache"}, std::pair{k.extra_indices, "extra_indices"},
+          std::pair{k.extra_lens, "extra_lens"}}) {
+      if (obj.is_none()) {
+        raise_value_error(str_cat(name,
+                                  ": required with the other extra_* arguments (the "
+                                  "compressed segment), got None"));
+      }
+    }
+    const int32_t extra_block = k.extra_block_size.is_none()
+                                    ? block_size
+                                    : int32_from_python(k.extra_block_size, "extra_block_size");
+    const Segment extra =
+        segment_at(call, k.extra_cache, "extra_cache", extra_block, d, k.extra_indices,
+                   "extra_indices", k.extra_lens, "extra_lens", t);
+    p.extra_cache = extra.cache;
+    p.extra_indices = extra.indices;
   }
-  if (idx.rows != static_cast<int64_t>(tokens)) {
-    raise_value_error(
-        str_cat("indices: expected ", tokens, " rows (the tokens of q), got ", idx.rows));
-  }
-  const std::span<const int32_t> lens = input_vector<int32_t>(lens_obj, "lens", "int32");
-  if (static_cast<int64_t>(lens.size()) != idx.rows) {
-    raise_value_error(
-        str_cat("lens: expected ", idx.rows, " entries (the rows of indices), got ", lens.size()));
-  }
-  std::span<const float> sinks;
   if (!sinks_obj.is_none()) {
-    sinks = input_vector<float>(sinks_obj, "sinks", "float32");
+    const std::span<const float> sinks = vector_at<float>(sinks_obj, "sinks", Elem::kFloat32, call);
     if (sinks.size() != heads) {
       raise_value_error(
           str_cat("sinks: expected ", heads, " entries (one per head), got ", sinks.size()));
     }
+    p.sinks = sinks.data();
   }
-  auto [out, out_data] = new_host_array<uint16_t>("q", {tokens, heads, dim}, 0);
-  auto [lse, lse_data] = new_host_array<float>("q", {tokens, heads}, 0.0f);
-  SparseAttentionParams p;
-  p.num_tokens = static_cast<int64_t>(tokens);
-  p.num_heads = static_cast<int32_t>(heads);
-  p.q = q.data;
-  p.swa_cache = input_cache(cache_obj, "swa_cache", block_size, dtype);
-  p.swa_indices = {idx.data,   lens.data(), idx.rows,          static_cast<int32_t>(idx.cols),
-                   idx.stride, 0,           MemorySpace::kHost};
-  p.sinks = sinks.empty() ? nullptr : sinks.data();
   p.softmax_scale = scale;
-  p.out = out_data;
-  p.lse = lse_data;
-  throw_if_error(sparse_attention(p));
+  nb::object out, lse;
+  if (k.out.is_none()) {
+    const NewArray a = new_array(call, q.elem, {tokens, heads, dim}, "out", "q");
+    out = a.array;
+    p.out = static_cast<uint16_t*>(a.data);
+  } else {
+    const FlatMatrix m =
+        flat_matrix(import_writable_at(k.out, "out", call), "out", {Elem::kBf16, Elem::kUint16}, 3);
+    if (m.rows != t || m.cols != static_cast<int64_t>(heads * dim) ||
+        (t > 1 && m.stride != m.cols)) {
+      raise_value_error(str_cat("out: expected a contiguous [", tokens, ", ", heads, ", ", dim,
+                                "] array like q"));
+    }
+    out = nb::borrow(k.out);
+    p.out = static_cast<uint16_t*>(m.data);
+  }
+  if (k.lse.is_none()) {
+    const NewArray a = new_array(call, Elem::kFloat32, {tokens, heads}, "lse", "q");
+    lse = a.array;
+    p.lse = static_cast<float*>(a.data);
+  } else {
+    const FlatMatrix m =
+        flat_matrix(import_writable_at(k.lse, "lse", call), "lse", {Elem::kFloat32}, 2);
+    if (m.rows != t || m.cols != static_cast<int64_t>(heads) || (t > 1 && m.stride != m.cols)) {
+      raise_value_error(
+          str_cat("lse: expected a contiguous [", tokens, ", ", heads, "] float32 array"));
+    }
+    lse = nb::borrow(k.lse);
+    p.lse = static_cast<float*>(m.data);
+  }
+  void* stream = stream_from(k.stream, call, nullptr);
+  if (call.on_device()) {
+    const auto [workspace, bytes] = attention_workspace(call.place.device_id, stream);
+    p.workspace = workspace;
+    p.workspace_bytes = bytes;
+  }
+  throw_if_error(renamed(sparse_attention(p, stream)));
   return {out, lse};
 }
 
@@ -266,24 +318,47 @@ void bind_attention(nb::module_& m) {
         "256 // 4 = 64 for C4A and 256 // 128 = 2 for C128A.");
   m.def("encode_kv", &encode_kv, nb::arg("cache").none(), nb::arg("block_size").none(),
         nb::arg("rows").none(), nb::arg("slots").none(),
-        nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
-        "Writes rows [n, 512] float32 into a host cache [num_blocks, page_stride_bytes] uint8\n"
-        "in place at slots [n] int64 (-1 = skip). The cache's row stride is the page stride;\n"
-        "its columns must hold a page's content (page_layout's content_bytes), or ValueError.\n"
-        "Device arrays raise NotImplementedError.");
+        nb::arg("dtype").none() = nb::str("fp8_ds_mla"), nb::kw_only(),
+        nb::arg("stream") = nb::none(),
+        "Writes rows [n, 512] (float32, or bfloat16 / uint16 bf16 bits) into a cache\n"
+        "[num_blocks, page_stride_bytes] uint8 in place at slots [n] int64 (-1 = skip). The\n"
+        "cache's row stride is the page stride; its columns must hold a page's content\n"
+        "(page_layout's content_bytes), or ValueError. Host arrays run the CPU codec, CUDA\n"
+        "arrays the CUDA codec on `stream` (see sparse_attention); all on one device.");
   m.def("decode_kv", &decode_kv, nb::arg("cache").none(), nb::arg("block_size").none(),
-        nb::arg("slots").none(), nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
-        "Reads slots [n] int64 of a host cache back -> new float32 [n, 512] (slot -1: zeros).");
-  m.def("sparse_attention", &attention, nb::arg("q").none(), nb::arg("swa_cache").none(),
-        nb::arg("swa_block_size").none(), nb::arg("indices").none(), nb::arg("lens").none(),
-        nb::arg("scale") = nb::none(), nb::arg("sinks") = nb::none(),
-        nb::arg("dtype").none() = nb::str("fp8_ds_mla"),
-        "Sparse MLA attention on the CPU backend (double-precision reference, bf16 output):\n"
-        "q [T, H, 512] uint16 bf16 bits, swa_cache [num_blocks, page_stride_bytes] uint8,\n"
-        "indices [T, W] int32 slot ids (-1 = skip), lens [T] int32, scale (default 512**-0.5),\n"
-        "sinks [H] float32 or None -> (out [T, H, 512] uint16 bf16 bits, lse [T, H] float32;\n"
-        "+inf for a row without keys). Host arrays only: device arrays raise\n"
-        "NotImplementedError for now.");
+        nb::arg("slots").none(), nb::arg("dtype").none() = nb::str("fp8_ds_mla"), nb::kw_only(),
+        nb::arg("out") = nb::none(), nb::arg("stream") = nb::none(),
+        "Reads slots [n] int64 of a cache back -> float32 [n, 512] (slot -1: zeros), written\n"
+        "into `out` when given, else a new array in the cache's framework and device.");
+  m.def(
+      "sparse_attention",
+      [](nb::handle q, nb::handle cache, nb::handle block_size, nb::handle indices, nb::handle lens,
+         nb::handle scale, nb::handle sinks, nb::handle dtype, nb::handle extra_cache,
+         nb::handle extra_block_size, nb::handle extra_indices, nb::handle extra_lens,
+         nb::handle out, nb::handle lse, nb::handle stream) {
+        return attention(
+            q, cache, block_size, indices, lens, scale, sinks, dtype,
+            {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream});
+      },
+      nb::arg("q").none(), nb::arg("swa_cache").none(), nb::arg("swa_block_size").none(),
+      nb::arg("indices").none(), nb::arg("lens").none(), nb::arg("scale") = nb::none(),
+      nb::arg("sinks") = nb::none(), nb::arg("dtype").none() = nb::str("fp8_ds_mla"), nb::kw_only(),
+      nb::arg("extra_cache") = nb::none(), nb::arg("extra_block_size") = nb::none(),
+      nb::arg("extra_indices") = nb::none(), nb::arg("extra_lens") = nb::none(),
+      nb::arg("out") = nb::none(), nb::arg("lse") = nb::none(), nb::arg("stream") = nb::none(),
+      "Sparse MLA attention over the SWA segment and an optional compressed (extra) segment:\n"
+      "q [T, H, 512] bfloat16 (or uint16 bf16 bits), swa_cache [num_blocks, page_stride_bytes]\n"
+      "uint8, indices [T, W] or [T, 1, W] int32 slot ids (-1 = skip; the builder's arrays as\n"
+      "they are), lens [T] int32, scale (default 512**-0.5), sinks [H] float32 or None;\n"
+      "extra_cache / extra_indices / extra_lens (all or none) the compressed segment with its\n"
+      "own extra_block_size (default swa_block_size) -> (out [T, H, 512] of q's dtype, lse\n"
+      "[T, H] float32, +inf for a row without keys). out= and lse= are written in place when\n"
+      "given, else allocated in q's framework on q's device.\n\n"
+      "Host arrays run the CPU reference (double accumulation); CUDA arrays (one device, the\n"
+      "current one) the CUDA kernels, asynchronously on `stream`: None = torch's current\n"
+      "stream for torch tensors, else the legacy default stream; an int (cudaStream_t) or an\n"
+      "object with .cuda_stream or __cuda_stream__(). The split-KV workspace is allocated once\n"
+      "per (device, stream) and cached.");
 }
 
 }  // namespace sparse_swa::python

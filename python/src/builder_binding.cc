@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "batch_arrays.h"
+#include "call_arrays.h"
 #include "config_binding.h"
 #include "metadata_binding.h"
 #include "python_values.h"
@@ -18,6 +19,13 @@
 namespace sparse_swa::python {
 
 namespace {
+
+// The library names the BatchInput fields ("batch.seq_lens[0]"); Python names the arguments.
+Status argument_names(const Status& status) {
+  return renamed_fields(status, {{"batch.query_start_loc_host", "query_start_loc_cpu"},
+                                 {"batch.seq_lens_host", "seq_lens_cpu"},
+                                 {"batch.", ""}});
+}
 
 class PyMetadataBuilder {
  public:
@@ -44,21 +52,24 @@ class PyMetadataBuilder {
     }
   }
 
-  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans) {
+  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
+                   nb::handle stream) {
     const ImportedBatch batch = import_batch(objects);
     BackendState& b = backend_at(batch.place);
+    use_stream(b, batch, objects, stream);
     spans_ = image_spans_from_python(image_spans);
     BatchInput input = batch.input;
     input.image_spans = spans_;
 
     PyMetadata out;
-    throw_if_error(b.impl->build(input, &out.md));
+    throw_if_error(argument_names(b.impl->build(input, &out.md)));
     out.generation = ++*b.generation;
     out.backend_generation = b.generation;
     out.builder = nb::borrow(self);
     out.impl = b.impl.get();
     out.block_size = config_.block_size;
     out.place = batch.place;
+    out.cuda_stream = cuda_stream_;
     out.device_framework = batch.device_framework;
     out.host_framework = batch.host_framework;
     out.inputs = std::move(objects);
@@ -66,7 +77,7 @@ class PyMetadataBuilder {
     return out;
   }
 
-  void update_draft(nb::handle self, PyMetadata& md, BatchObjects objects) {
+  void update_draft(nb::handle self, PyMetadata& md, BatchObjects objects, nb::handle stream) {
     if (md.impl == nullptr) {
       raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
     }
@@ -84,7 +95,8 @@ class PyMetadataBuilder {
       raise_value_error(str_cat("query_start_loc: expected device ", place_name(md.place),
                                 " like the metadata's build, got ", place_name(batch.place)));
     }
-    throw_if_error(md.impl->update_draft_decode_rows(batch.input, &md.md));
+    use_stream(backend(batch.place.device), batch, objects, stream);
+    throw_if_error(argument_names(md.impl->update_draft_decode_rows(batch.input, &md.md)));
     md.inputs = std::move(objects);
     refresh_tile_sched(md);
     md.flashinfer_sparse_index_cache.clear();
@@ -104,7 +116,8 @@ class PyMetadataBuilder {
   struct BackendState {
     std::unique_ptr<MetadataBuilder> impl;
     std::shared_ptr<uint64_t> generation = std::make_shared<uint64_t>(0);
-    int device_id = -1;  // CUDA: the device of the first build's arrays (-1: none yet)
+    int device_id = -1;      // CUDA: the device of the first build's arrays (-1: none yet)
+    void* stream = nullptr;  // CUDA: the stream the backend enqueues on now
   };
 
   BackendState& backend(Device device) {
@@ -115,6 +128,7 @@ class PyMetadataBuilder {
           cuda_stream_);
       throw_if_error(created.status());
       b.impl = std::move(created).value();
+      b.stream = cuda_stream_;
     }
     return b;
   }
@@ -130,6 +144,23 @@ class PyMetadataBuilder {
       }
     }
     return b;
+  }
+
+  // Points the CUDA backend at the call's stream (stream_from: torch's current stream for torch
+  // arrays, else the creation-time cuda_stream).
+  void use_stream(BackendState& b, const ImportedBatch& batch, const BatchObjects& objects,
+                  nb::handle stream) {
+    if (batch.place.device != Device::kCuda) return;
+    CallPlace call;
+    call.place = batch.place;
+    call.anchor = "query_start_loc";
+    call.framework = batch.device_framework;
+    call.anchor_obj = objects.query_start_loc;
+    void* s = stream_from(stream, call, cuda_stream_);
+    if (s != b.stream) {
+      b.impl->set_cuda_stream(s);
+      b.stream = s;
+    }
   }
 
   // Fresh holders per step, as the reference makes them: the factory's object (an engine passes
@@ -184,8 +215,9 @@ void bind_builder(nb::module_& m) {
       "    naming the field when it is invalid.\n"
       "device: None (create each backend at its first build), \"cpu\" or \"cuda\" (create that\n"
       "    backend now, e.g. before CUDA graph capture; cuda uses the current CUDA device).\n"
-      "cuda_stream: the cudaStream_t (an int, e.g. torch.cuda.current_stream().cuda_stream)\n"
-      "    the CUDA backend runs on; 0 = the default stream.\n"
+      "cuda_stream: the default cudaStream_t (an int) of calls made with stream=None on\n"
+      "    arrays that are not torch tensors (torch tensors default to torch's current\n"
+      "    stream); 0 = the legacy default stream. Every call may pass its own stream=.\n"
       "tile_sched_factory: called once per present layer type per build for the\n"
       "    tile_sched_* fields (e.g. lambda: get_mla_metadata()[0]); None puts the layer\n"
       "    type name there instead.\n\n"
@@ -201,17 +233,19 @@ void bind_builder(nb::module_& m) {
       .def(
           "build",
           [](nb::handle self, nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
-             nb::handle causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu) {
+             nb::handle causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu,
+             nb::handle stream) {
             PyMetadataBuilder& b = nb::cast<PyMetadataBuilder&>(self);
             return b.build(self,
                            batch_objects(qsl, seq, bt, slots, bool_from_python(causal, "causal"),
                                          qsl_cpu, seq_cpu),
-                           image_spans);
+                           image_spans, stream);
           },
           nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
+          nb::kw_only(), nb::arg("stream") = nb::none(),
           "Builds one step's metadata (decode requests first, as the scheduler orders them).\n\n"
           "query_start_loc: [num_reqs + 1] int32, 0 first, non-decreasing.\n"
           "seq_lens: [num_reqs] int32, context + query tokens after this step.\n"
@@ -220,7 +254,10 @@ void bind_builder(nb::module_& m) {
           "causal: False for DSpark non-causal draft rows.\n"
           "image_spans: {request index: [(start, end), ...]} inclusive absolute positions.\n"
           "query_start_loc_cpu, seq_lens_cpu: host int32 copies of the same lengths, or None;\n"
-          "    required with cuda arrays.\n\n"
+          "    required with cuda arrays.\n"
+          "stream: the CUDA stream this build enqueues on: None = torch's current stream for\n"
+          "    torch tensors, else the builder's cuda_stream; an int (cudaStream_t) or an object\n"
+          "    with .cuda_stream or __cuda_stream__(). Ignored on the host.\n\n"
           "Host arrays run the CPU backend, cuda arrays the CUDA backend (RuntimeError when\n"
           "this build has none). Arrays are taken without copies: dtype, rank, layout and\n"
           "device mismatches raise ValueError naming the argument, as do invalid values.\n"
@@ -228,18 +265,18 @@ void bind_builder(nb::module_& m) {
       .def(
           "update_draft_decode_metadata",
           [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt,
-             nb::object qsl_cpu, nb::object seq_cpu) {
+             nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
             PyMetadata& md = metadata_from(metadata);
             const BatchObjects& in = md.inputs;
             BatchObjects objects = batch_objects(
                 in.query_start_loc, or_default(seq, in.seq_lens), or_default(bt, in.block_table),
                 in.slot_mapping, in.causal, or_default(qsl_cpu, in.query_start_loc_cpu),
                 or_default(seq_cpu, in.seq_lens_cpu));
-            nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects));
+            nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects), stream);
           },
           nb::arg("metadata").none(), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
           nb::arg("block_table") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
-          nb::arg("seq_lens_cpu") = nb::none(),
+          nb::arg("seq_lens_cpu") = nb::none(), nb::arg("stream") = nb::none(),
           "The reference's update_draft_decode_metadata: after the engine advanced seq_lens\n"
           "(and possibly block_table) in place, recompute the metadata's decode rows as causal\n"
           "rows of the logical window W (never the row width). Reads the arrays the metadata\n"
@@ -248,14 +285,16 @@ void bind_builder(nb::module_& m) {
       .def(
           "update_draft_decode_rows",
           [](nb::handle self, nb::handle metadata, nb::object qsl, nb::object seq, nb::object bt,
-             nb::object slots, nb::object qsl_cpu, nb::object seq_cpu) {
+             nb::object slots, nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
             PyMetadata& md = metadata_from(metadata);
             nb::cast<PyMetadataBuilder&>(self).update_draft(
-                self, md, batch_objects(qsl, seq, bt, slots, md.md.causal, qsl_cpu, seq_cpu));
+                self, md, batch_objects(qsl, seq, bt, slots, md.md.causal, qsl_cpu, seq_cpu),
+                stream);
           },
           nb::arg("metadata").none(), nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
+          nb::kw_only(), nb::arg("stream") = nb::none(),
           "update_draft_decode_metadata with every batch array given explicitly.")
       .def_prop_ro(
           "config", [](const PyMetadataBuilder& b) { return b.config(); },

@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -16,10 +17,10 @@ namespace sparse_swa::python {
 namespace {
 
 constexpr std::string_view kFields[] = {
-    "window_size",        "block_size",        "max_num_batched_tokens",
-    "max_num_seqs",       "max_model_len",     "num_speculative_tokens",
-    "speculative_method", "parallel_drafting", "max_image_tokens",
-    "compress_ratios"};
+    "window_size",        "block_size",           "max_num_batched_tokens",
+    "max_num_seqs",       "max_model_len",        "num_speculative_tokens",
+    "speculative_method", "parallel_drafting",    "max_image_tokens",
+    "compress_ratios",    "noncausal_index_width"};
 
 // `config: unknown field "windw_size" (did you mean "window_size"? expected one of ...)`, the
 // batch-file reader's message for the same mistake.
@@ -39,7 +40,10 @@ SpeculativeMethod to_method(nb::handle value) {
 }
 
 std::vector<int32_t> to_int32_list(nb::handle value, const std::string& field) {
-  if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) {
+  // A list, a tuple or a 1-D numpy integer array (np.array([1, 4]) from a loaded config).
+  const bool numpy_vector = std::strcmp(Py_TYPE(value.ptr())->tp_name, "numpy.ndarray") == 0 &&
+                            nb::len(nb::object(value.attr("shape"))) == 1;
+  if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr()) && !numpy_vector) {
     raise_value_error(str_cat(field, ": expected a list of ints, got ", type_name_of(value)));
   }
   std::vector<int32_t> out;
@@ -71,6 +75,8 @@ void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
     c.max_image_tokens = int32_from_python(value, field);
   } else if (name == "compress_ratios") {
     c.compress_ratios = to_int32_list(value, field);
+  } else if (name == "noncausal_index_width") {
+    c.noncausal_index_width = int32_from_python(value, field);
   } else {
     raise_unknown_field(name);
   }
@@ -108,6 +114,7 @@ nb::dict config_to_dict(const BuilderConfig& c) {
   d["parallel_drafting"] = c.parallel_drafting;
   d["max_image_tokens"] = c.max_image_tokens;
   d["compress_ratios"] = nb::cast(c.compress_ratios);
+  d["noncausal_index_width"] = c.noncausal_index_width;
   return d;
 }
 
@@ -133,7 +140,15 @@ void bind_config(nb::module_& m) {
                                 "Validated when a MetadataBuilder is made from it. Fields take\n"
                                 "Python or numpy scalars; a value of another kind or range raises\n"
                                 "ValueError naming the field.");
-  cls.def(nb::init<>())
+  cls.def(
+         "__init__",
+         [](BuilderConfig* self, nb::kwargs fields) {
+           new (self) BuilderConfig();
+           for (auto [key, value] : fields)
+             set_field(*self, string_from_python(key, "field"), value);
+         },
+         "BuilderConfig(**fields): the fields by keyword (the JSON config's names), e.g.\n"
+         "BuilderConfig(window_size=128, block_size=64, ...); unset fields keep their defaults.")
       .def_static(
           "from_dict",
           [](nb::handle d) {
@@ -167,6 +182,9 @@ void bind_config(nb::module_& m) {
             "Mi >= 0; vision checkpoints widen prefill rows to W + Mi.");
   def_field(cls, "compress_ratios", &BuilderConfig::compress_ratios,
             "Each in {1, 2, 4, 128}; empty means [1].");
+  def_field(cls, "noncausal_index_width", &BuilderConfig::noncausal_index_width,
+            "DSpark non-causal row width; 0 derives it. Set it from a consumer's dispatch\n"
+            "policy with sparse_swa.dispatch.choose_noncausal_width; must be >= W + theta.");
 }
 
 }  // namespace sparse_swa::python

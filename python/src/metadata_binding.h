@@ -25,7 +25,8 @@ struct PyMetadata {
   uint64_t generation = 0;          // that backend's build count when `md` was built
   std::shared_ptr<const uint64_t> backend_generation;  // that backend's build count now
   int32_t block_size = 0;
-  Place place;  // where the batch arrays (and device outputs) live
+  Place place;                  // where the batch arrays (and device outputs) live
+  void* cuda_stream = nullptr;  // the builder's default stream (the consumers' default)
   Framework device_framework = Framework::kNumpy;
   Framework host_framework = Framework::kNumpy;
   BatchObjects inputs;

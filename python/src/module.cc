@@ -12,6 +12,7 @@
 #include "builder_binding.h"
 #include "config_binding.h"
 #include "consumers_binding.h"
+#include "dispatch_binding.h"
 #include "metadata_binding.h"
 #include "sparse_swa/metadata_builder.h"
 #include "sparse_swa/version.h"
@@ -58,9 +59,10 @@ NB_MODULE(_sparse_swa, m) {
   sparse_swa::python::bind_builder(m);
   sparse_swa::python::bind_consumers(m);
   sparse_swa::python::bind_attention(m);
+  sparse_swa::python::bind_dispatch(m);
   m.def("cuda_available", &sparse_swa::cuda_backend_available,
         "True when this build has the CUDA backend and a CUDA device is usable.");
-  m.attr("has_cuda_backend") = bool(SPARSE_SWA_PYTHON_HAS_CUDA);
+  m.attr("_has_cuda_backend") = bool(SPARSE_SWA_PYTHON_HAS_CUDA);
   m.attr("__version__") = SPARSE_SWA_VERSION_STRING;
   m.def("_raise_status", &raise_status_for_tests, nb::arg("code"), nb::arg("message"));
   m.def("_throw_cpp_exception", &throw_cpp_exception_for_tests, nb::arg("kind"));

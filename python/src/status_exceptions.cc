@@ -27,6 +27,19 @@ void set_error(PyObject* type, const std::string& message) {
 
 }  // namespace
 
+Status renamed_fields(const Status& status,
+                      std::initializer_list<std::pair<std::string_view, std::string_view>> names) {
+  if (status.ok()) return status;
+  std::string text(status.message());
+  for (const auto& [from, to] : names) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+      text.replace(at, from.size(), to);
+      at += to.size();
+    }
+  }
+  return Status(status.code(), text);
+}
+
 void raise_status(const Status& status) {
   PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {

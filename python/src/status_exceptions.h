@@ -2,6 +2,10 @@
 // Library Status -> Python exception. The message is the library's, unchanged.
 #pragma once
 
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+
 #include "sparse_swa/status.h"
 
 namespace sparse_swa::python {
@@ -13,6 +17,11 @@ namespace sparse_swa::python {
 inline void throw_if_error(const Status& status) {
   if (!status.ok()) raise_status(status);
 }
+
+// `status` with each `from` in its message replaced by `to`: library field names
+// ("params.swa_indices") become the Python argument's ("indices").
+Status renamed_fields(const Status& status,
+                      std::initializer_list<std::pair<std::string_view, std::string_view>> names);
 
 // Raises ValueError(message): for bad arguments the binding itself detects (dtype, device, ...).
 [[noreturn]] void raise_value_error(const std::string& message);

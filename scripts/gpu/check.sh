@@ -82,6 +82,9 @@ if has python; then
   fi
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
+  # Host cost of a Python build() / sparse_attention() call on torch CUDA tensors.
+  TAIL=12 step python_overhead env PYTHONPATH=/tmp/pysite python3 bench/python_overhead.py \
+    --device cuda
 fi
 if has sanitize; then
   # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,

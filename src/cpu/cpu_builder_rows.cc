@@ -21,6 +21,7 @@ class CpuBuilderRows final : public BuilderRows {
   Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
   Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
   Status take_device_error() override { return Status::Ok(); }
+  void set_stream(void*) override {}
   Status poison(uint8_t) override { return Status::Ok(); }
 
  private:

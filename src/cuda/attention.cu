@@ -9,6 +9,7 @@
 // No host sync, no allocation: graph-capturable.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -419,6 +420,22 @@ int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p) {
     return 0;
   }
   return plan_ds_mla_attention(p, num_sms, -1).workspace_bytes;
+}
+
+int64_t cuda_sparse_attention_max_workspace_bytes() {
+  // The widest split the planner makes: one token of one full head group over enough key tiles
+  // to give every SM a slice (more tokens or groups only leave fewer SMs per row).
+  SparseAttentionParams p;
+  p.num_tokens = 1;
+  p.num_heads = kMaxAttentionHeads;
+  p.swa_indices.rows = 1;
+  p.swa_indices.width = INT32_MAX / 2;
+  int64_t most = 0;
+  for (int32_t heads = 1; heads <= kMaxAttentionHeads; heads *= 2) {
+    p.num_heads = heads;
+    most = std::max(most, cuda_sparse_attention_workspace_bytes(p));
+  }
+  return most;
 }
 
 Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {

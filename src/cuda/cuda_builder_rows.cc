@@ -32,6 +32,7 @@ class CudaBuilderRows final : public BuilderRows {
   Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
   Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
   Status take_device_error() override;
+  void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
   Status poison(uint8_t byte) override;
 
  private:

@@ -32,6 +32,7 @@ Status cuda_device_alloc(void** ptr, size_t) {
   return no_device_memory();
 }
 void cuda_device_free(void*) {}
+bool cuda_stream_capturing(void*) { return false; }
 Status cuda_copy_host_to_device(void*, const void*, size_t) { return no_device_memory(); }
 Status cuda_copy_device_to_host(void*, const void*, size_t) { return no_device_memory(); }
 
@@ -78,6 +79,7 @@ Status cuda_to_ragged(const ConstIndexView&, const RaggedView&, void*) {
 
 Status cuda_sparse_attention(const SparseAttentionParams&, void*) { return no_cuda_backend(); }
 int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams&) { return 0; }
+int64_t cuda_sparse_attention_max_workspace_bytes() { return 0; }
 Status cuda_sparse_attention_from_host(const SparseAttentionParams&) { return no_cuda_backend(); }
 
 }  // namespace sparse_swa::detail

@@ -471,6 +471,37 @@ struct SmallProblem {
   SparseAttentionParams hp;
 };
 
+// sparse_attention_max_workspace_bytes() bounds the workspace of every shape, so one allocation
+// of it (AttentionWorkspace, the Python binding's per-stream cache) serves every call.
+TEST(AttentionCuda, MaxWorkspaceBoundsEveryShape) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t most = sparse_attention_max_workspace_bytes();
+  int64_t largest = 0;
+  SparseAttentionParams p;
+  for (int32_t heads : {1, 8, 16, 63, 64, 65, 100, 128}) {
+    for (int64_t tokens : {1, 2, 3, 7, 64, 200}) {
+      for (int32_t width : {64, 128, 512, 2048, 100000}) {
+        for (int32_t extra : {0, 512}) {
+          p.num_heads = heads;
+          p.num_tokens = tokens;
+          p.swa_indices.rows = tokens;
+          p.swa_indices.width = width;
+          p.extra_indices.rows = extra > 0 ? tokens : 0;
+          p.extra_indices.width = extra;
+          const int64_t bytes = sparse_attention_workspace_bytes(p);
+          EXPECT_LE(bytes, most) << heads << " heads, " << tokens << " tokens, width " << width;
+          largest = std::max(largest, bytes);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(largest, most);  // the bound is reached (one token, 64 heads): it is not loose
+  auto w = AttentionWorkspace::create();
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w.value()->bytes(), most);
+  EXPECT_EQ(w.value()->data() != nullptr, most > 0);
+}
+
 TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(40, 8, 64);  // 40 heads: three head groups, each entry counted once

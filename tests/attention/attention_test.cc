@@ -579,5 +579,14 @@ TEST_F(AttentionErrors, EveryViewMustLiveInTheSpaceOfTheSwaIndices) {
 #endif
 }
 
+// Without a usable device there is no workspace to size or allocate (the CUDA test checks the
+// bound against every shape).
+TEST(AttentionWorkspace, NoneWithoutADevice) {
+  if (cuda_backend_available()) GTEST_SKIP() << "a CUDA device is usable";
+  EXPECT_EQ(sparse_attention_max_workspace_bytes(), 0);
+  auto w = AttentionWorkspace::create();
+  EXPECT_EQ(w.status().code(), StatusCode::kUnavailable) << w.status().to_string();
+}
+
 }  // namespace
 }  // namespace sparse_swa

@@ -226,6 +226,35 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
+// set_cuda_stream moves later builds to another stream: a builder made on the default stream
+// and pointed at a capturing stream records its build into the graph (on the default stream the
+// capture would fail), and the replay writes what the CPU builder writes.
+TEST(CudaBuilder, SetCudaStreamMovesLaterBuilds) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RandomBatch gen(11);
+  testing::RandomCase c = gen.next(testing::BatchMode::kMixed);
+  SCOPED_TRACE(c.describe());
+  auto gpu = make(c.config, Backend::kCuda, nullptr);
+  auto cpu = make(c.config, Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
+  DeviceBatch dev(c.batch);
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());  // on the default stream
+  CUDA_OK(cudaDeviceSynchronize());
+  gpu->set_cuda_stream(stream);
+  CapturedGraph graph(stream, [&] { return gpu->build(dev.input(), &md_gpu); });
+  ASSERT_TRUE(graph.status().ok()) << graph.status().to_string();
+  ASSERT_TRUE(detail::poison_cuda_builder_outputs(gpu.get(), 0xcd).ok());
+  CUDA_OK(graph.replay());
+  ASSERT_TRUE(gpu->take_device_error().ok());
+  ASSERT_TRUE(cpu->build(c.batch.input(), &md_cpu).ok());
+  ASSERT_EQ(first_difference(testing::snapshot(md_cpu), device_snapshot(md_gpu)), "");
+  gpu.reset();
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;

@@ -7,9 +7,9 @@ import ctypes
 
 KDL_CPU = 1
 KDL_CUDA = 2
-# DLPack codes: 0 signed int, 1 unsigned int, 2 float.
+# DLPack codes: 0 signed int, 1 unsigned int, 2 float, 4 bfloat.
 _DTYPES = {"int32": (0, 32), "int64": (0, 64), "uint8": (1, 8), "uint16": (1, 16),
-           "float32": (2, 32)}
+           "float32": (2, 32), "bfloat16": (4, 16)}
 
 
 class _DLDevice(ctypes.Structure):

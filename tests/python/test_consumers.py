@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The SWA-only index consumers through Python: to_ragged, md.mixed_matrix(),
 md.combined_prefill(), golden values of docs/semantics.md example 1
-(examples/batches/mixed_mtp.json)."""
+(examples/batches/mixed_mtp.json). Compressed layers: test_compressed_topk.py."""
 
 import numpy as np
 import pytest
@@ -86,7 +86,8 @@ def test_consumer_errors(mixed_builder, mixed_case):
     md = build_case(mixed_builder, mixed_case)
     with pytest.raises(ValueError, match="chunk_size"):
         md.combined_prefill(compress_ratio=1, chunk_size=0)
-    with pytest.raises(NotImplementedError, match="compress_ratio"):
+    with pytest.raises(ValueError, match="^prefill_local: a compress_ratio 4 layer needs the "
+                                         "prefill top-k, got none"):
         md.combined_prefill(compress_ratio=4)
     with pytest.raises(ValueError, match="metadata: expected the metadata returned by build"):
         md.copy().mixed_matrix()

@@ -33,3 +33,14 @@ def test_example_help_runs_without_gpu():
     run = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0 and "--anchors" in run.stdout
+
+
+QUICKSTART = EXAMPLE.parent / "python_quickstart.py"
+
+
+def test_gpu_free_quickstart_runs():
+    run = subprocess.run([sys.executable, str(QUICKSTART)], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr
+    assert "matches numpy" in run.stdout
+    assert "ragged indptr [0, 5, 13]" in run.stdout

@@ -349,3 +349,97 @@ def test_build_consumers_and_lifetimes(step, later, ratio, chunk, has_compressed
             md, u["query_start_loc"], u["seq_lens"], u["block_table"], u["slot_mapping"]))
     if md.is_current:
         outcome(md.mixed_matrix)
+
+
+# --------------------------------------------------------------------------- device-path arguments
+
+
+@FUZZ
+@given(call=kv_call(), which=st.sampled_from(["none", "extra_cache", "extra_indices",
+                                              "extra_lens", "extra_block_size", "out", "lse",
+                                              "stream"]),
+       value=st.one_of(junk(), arg(host_array(np.uint16, 3)), arg(host_array(np.float32, 2))))
+def test_sparse_attention_extra_segment_outputs_and_stream(call, which, value):
+    _, a = call
+    kw = dict(extra_cache=a["cache"], extra_block_size=a["block_size"],
+              extra_indices=a["indices"], extra_lens=a["lens"])
+    if isinstance(a["q"], np.ndarray) and a["q"].ndim == 3:
+        kw["out"] = np.zeros_like(a["q"]) if a["q"].dtype == np.uint16 else None
+        kw["lse"] = np.zeros(a["q"].shape[:2], np.float32)
+    if which != "none":
+        kw[which] = value
+    r = outcome(lambda: sparse_swa.sparse_attention(a["q"], a["cache"], a["block_size"],
+                                                    a["indices"], a["lens"], a["scale"],
+                                                    a["sinks"], a["dtype"], **kw))
+    if isinstance(r, tuple):  # outputs given are the outputs returned
+        assert kw.get("out") is None or r[0] is kw["out"]
+        assert kw.get("lse") is None or r[1] is kw["lse"]
+
+
+@st.composite
+def topk_call(draw):
+    """A valid host build with compressed layers, coherent compressed_topk_to_global arguments,
+    then at most one replaced by a fuzzed value."""
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    config, theta = random_config(rng)
+    config["compress_ratios"] = [1, 4]
+    (qsl, seq, bt, slots), causal = random_batch(rng, config, theta)
+    nprng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    first = draw(st.integers(0, 3))
+    n = max(0, len(slots) - first)
+    topk = draw(st.integers(0, 6))
+    args = dict(first_token=first, local=nprng.integers(-2, 20, size=(n, topk)).astype(np.int32),
+                block_table=nprng.integers(-1, 50, size=(8, 5)).astype(np.int32),
+                block_size=draw(st.integers(0, 4)), compress_ratio=draw(st.sampled_from([4, 2,
+                                                                                           1])),
+                out=None, out_lens=None)
+    which = draw(st.sampled_from(["none", *args]))
+    if which in ("local", "block_table", "out"):
+        args[which] = draw(arg(host_array(np.int32, 2)))
+    elif which == "out_lens":
+        args[which] = draw(arg(host_array(np.int32, 1)))
+    elif which != "none":
+        args[which] = draw(scalar(int_values()))
+    return config, (qsl, seq, bt, slots, causal), args
+
+
+@FUZZ
+@given(call=topk_call())
+def test_compressed_topk_mixed_matrix_and_prefill(call):
+    config, (qsl, seq, bt, slots, causal), a = call
+    builder = outcome(lambda: sparse_swa.MetadataBuilder(config))
+    if not isinstance(builder, sparse_swa.MetadataBuilder):
+        return
+    md = outcome(lambda: builder.build(qsl, seq, bt, slots, causal=causal))
+    if not isinstance(md, sparse_swa.SwaMetadata):
+        return
+    # The compressed layer's mixed matrix and prefill rows take the same (fuzzed) arguments.
+    outcome(lambda: md.mixed_matrix(compress_ratio=a["compress_ratio"],
+                                    block_table=a["block_table"], block_size=a["block_size"],
+                                    decode_local=a["local"], prefill_local=a["local"]))
+    outcome(lambda: md.combined_prefill(a["compress_ratio"], 4, prefill_local=a["local"]))
+    r = outcome(lambda: sparse_swa.compressed_topk_to_global(md, **a))
+    if isinstance(r, tuple):  # rows past the local top-k's (a taller out=) are not written
+        n = len(a["local"])
+        out, lens = r[0][:n], r[1][:n]
+        assert (lens >= 0).all() and (lens <= out.shape[1]).all()
+        assert ((out >= 0).sum(axis=1) == lens).all()  # lens counts the mapped entries
+
+
+@FUZZ
+@given(needed=scalar(int_values()), policy=scalar(st.sampled_from(
+           ["flashmla_sparse_decode", "flashinfer_sm120_decode", "flashinfer_sm100",
+            "rocm_ragged", "sparse_swa", "flashmla"])),
+       heads=scalar(st.sampled_from([0, 8, 64, 128, 3])),
+       seed=st.integers(0, 2**32 - 1))
+def test_dispatch_functions(needed, policy, heads, seed):
+    from sparse_swa import dispatch
+    w = outcome(lambda: dispatch.choose_width(needed, policy, heads=heads))
+    if isinstance(w, int):
+        assert w >= needed
+        # The smallest accepted width: choosing from it again gives it back.
+        assert dispatch.choose_width(w, policy, heads=heads) == w
+    config, _ = random_config(random.Random(seed))
+    outcome(lambda: dispatch.validate_config(config, policy, heads=heads))
+    outcome(lambda: dispatch.choose_noncausal_width(config, policy, heads=heads))
+    outcome(lambda: dispatch.dispatch_tuples(config, policy, heads=heads))

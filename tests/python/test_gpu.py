@@ -191,8 +191,10 @@ def test_builder_on_a_side_stream(mixed_case):
     assert builder.backends == ["cuda"]
     inputs = to_torch(arrays, "cuda")
     torch.cuda.synchronize()
+    # Torch tensors default to torch's current stream (test_device_paths.py checks where work
+    # lands); the creation-time stream is the default of other producers, or given per call.
     md = builder.build(*inputs, query_start_loc_cpu=torch.from_numpy(arrays[0]),
-                       seq_lens_cpu=torch.from_numpy(arrays[1]))
+                       seq_lens_cpu=torch.from_numpy(arrays[1]), stream=stream)
     stream.synchronize()
     cpu = sparse_swa.MetadataBuilder(mixed_case["config"]).build(*arrays)
     assert_same(md, cpu)

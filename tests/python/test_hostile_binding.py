@@ -277,7 +277,7 @@ def test_to_ragged_checks_the_capacity_before_allocating():
 def test_to_ragged_checks_the_lens_before_allocating():
     indices = np.arange(12, dtype=np.int32).reshape(3, 4)
     raises(ValueError, lambda: sparse_swa.to_ragged(indices, np.array([1, 5, 0], np.int32)),
-           "indices.lens[1]: expected 0..4 (the row width), got 5")
+           "lens[1]: expected 0..4 (the row width), got 5")
     indptr, flat = sparse_swa.to_ragged(indices, np.array([1, 4, 0], np.int32))
     assert indptr.tolist() == [0, 1, 5, 5] and flat.tolist() == [0, 4, 5, 6, 7]
 
@@ -410,19 +410,21 @@ def test_numpy_scalars_are_taken_where_python_scalars_are():
          "lens: expected an array supporting DLPack"),
         (lambda b: sparse_swa.encode_kv(None, 64, np.zeros((1, 512), np.float32),
                                         np.zeros(1, np.int64)),
-         "cache: expected a writable uint8 array, got NoneType"),
+         "cache: expected a writable array supporting DLPack or the buffer protocol (numpy, "
+         "torch, cupy, jax), got NoneType"),
         (lambda b: sparse_swa.encode_kv(np.zeros((1, 37440), np.uint8), 64, None,
                                         np.zeros(1, np.int64)),
-         "rows: expected a float32 array, got NoneType"),
+         "rows: expected an array supporting DLPack"),
         (lambda b: sparse_swa.encode_kv(np.zeros((1, 37440), np.uint8), 64.0,
                                         np.zeros((1, 512), np.float32), np.zeros(1, np.int64)),
          "block_size: expected an int, got float 64.0"),
         (lambda b: sparse_swa.decode_kv(np.zeros((1, 37440), np.uint8), 64, None),
-         "slots: expected an int64 array, got NoneType"),
+         "slots: expected an array supporting DLPack"),
         (lambda b: sparse_swa.sparse_attention(None, *attention_args()[1:]),
-         "q: expected a uint16 (bf16 bits) array, got NoneType"),
+         "q: expected an array supporting DLPack or the buffer protocol (numpy, torch, cupy, "
+         "jax), got NoneType"),
         (lambda b: sparse_swa.sparse_attention(*attention_args()[:3], None, np.ones(1, np.int32)),
-         "indices: expected an int32 array, got NoneType"),
+         "indices: expected an array supporting DLPack"),
         (lambda b: sparse_swa.sparse_attention(*attention_args()[:2], None,
                                                *attention_args()[3:]),
          "swa_block_size: expected an int, got None"),

@@ -103,7 +103,7 @@ def test_update_errors(dspark):
         builder.update_draft_decode_rows(md, qsl, seq, bt, np.append(slots, -1))
     bad = seq.copy()
     bad[0] = 2
-    with pytest.raises(ValueError, match=r"batch\.seq_lens\[0\]: expected >= the query length 3"):
+    with pytest.raises(ValueError, match=r"^seq_lens\[0\]: expected >= the query length 3"):
         builder.update_draft_decode_metadata(md, seq_lens=bad)
     with pytest.raises(ValueError, match="seq_lens: expected dtype int32, got int64"):
         builder.update_draft_decode_metadata(md, seq_lens=seq.astype(np.int64))
