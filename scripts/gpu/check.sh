@@ -82,6 +82,9 @@ if has python; then
   fi
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
+  TAIL=12 step decode_step env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py
+  TAIL=12 step decode_step_torch_ops env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py \
+    --torch-ops
 fi
 if has sanitize; then
   # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,
