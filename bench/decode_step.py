@@ -5,15 +5,17 @@ top-k), end to end on the GPU from Python with PyTorch CUDA tensors:
 
   build      MetadataBuilder.build: the decode SWA rows [b, 1, 128] and their lens
   encode     encode_kv: the step's new KV row of every request into the fp8_ds_mla SWA cache
-  attention  sparse_attention over the SWA rows plus a random compressed top-k (the indexer's
-             output, as global slots of the C4A cache) as the extra segment, with sinks
+  topk       compressed_topk_to_global: a random compressed top-k (the indexer's output, local
+             entry numbers) -> global slots of the C4A cache, with their lens
+  attention  sparse_attention over the SWA rows plus the compressed top-k as the extra segment,
+             with sinks
 
 Prints each part's host time (the Python call, no sync) and device time (CUDA events), median
-of --repeat steps, and the step's total (wall time of the three calls and a synchronize), then
+of --repeat steps, and the step's total (wall time of the four calls and a synchronize), then
 checks the result against the CPU reference: the CPU builder's rows equal the GPU's bit for bit,
-and the CPU attention (sparse_swa's CPU backend on host copies of the same caches) matches the
-GPU output within the bf16 tolerance. --torch-ops runs the parts through torch.ops.sparse_swa.*
-instead of the plain functions. Exit status: 0 checked, 1 a mismatch, 2 a missing requirement.
+so do the global top-k slots, and the CPU attention (sparse_swa's CPU backend on host copies of
+the same caches) matches the GPU output within the bf16 tolerance. --torch-ops runs the codec and
+the attention through torch.ops.sparse_swa.* instead of the plain functions. Exit status: 0 checked, 1 a mismatch, 2 a missing requirement.
 
     python3 bench/decode_step.py [--batch 64] [--heads 64] [--topk 512] [--repeat 100]
 """
@@ -97,16 +99,15 @@ class Layer:
         self.q = torch.randn((b, args.heads, HEAD), device=dev).to(torch.bfloat16)
         self.sinks = torch.randn(args.heads, device=dev)
 
-        # The indexer's top-k: distinct compressed entries of the request, as global slots.
-        topk = np.full((b, args.topk), -1, dtype=np.int32)
-        lens = np.zeros(b, dtype=np.int32)
+        # The indexer's top-k: distinct compressed entries of the request (local numbers).
+        local = np.full((b, args.topk), -1, dtype=np.int32)
         for r in range(b):
             n = min(args.topk, int(seq[r] // RATIO))
-            local = g.choice(int(seq[r] // RATIO), n, replace=False)
-            topk[r, :n] = comp_pages[r, local // comp_entries] * comp_entries + local % comp_entries
-            lens[r] = n
-        self.extra_indices = torch.from_numpy(topk).to(dev)
-        self.extra_lens = torch.from_numpy(lens).to(dev)
+            local[r, :n] = g.choice(int(seq[r] // RATIO), n, replace=False)
+        self.local_topk = torch.from_numpy(local).to(dev)
+        self.comp_block_table = torch.from_numpy(comp_pages).to(dev)
+        self.extra_indices = torch.empty_like(self.local_topk)  # global slots, persistent
+        self.extra_lens = torch.empty(b, dtype=torch.int32, device=dev)
         self.comp_entries = comp_entries
         self.out = torch.empty_like(self.q)
         self.lse = torch.empty(self.q.shape[:2], dtype=torch.float32, device=dev)
@@ -158,12 +159,17 @@ def main():
         return builder.build(L.qsl, L.seq, L.block_table, L.slots, query_start_loc_cpu=L.qsl_cpu,
                              seq_lens_cpu=L.seq_cpu)
 
-    parts = ["build", "encode", "attention"]
+    def topk(md):
+        sparse_swa.compressed_topk_to_global(md, 0, L.local_topk, L.comp_block_table,
+                                             L.comp_entries, RATIO, out=L.extra_indices,
+                                             out_lens=L.extra_lens)
+
+    parts = ["build", "encode", "topk", "attention"]
     host = {p: [] for p in parts}
     device = {p: [] for p in parts}
     total = []
     for i in range(args.repeat + 5):  # the first 5 steps warm up
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(parts) + 1)]
         torch.cuda.synchronize()
         t = [time.perf_counter()]
         events[0].record()
@@ -173,9 +179,12 @@ def main():
         encode()
         t.append(time.perf_counter())
         events[2].record()
-        attend(md)
+        topk(md)
         t.append(time.perf_counter())
         events[3].record()
+        attend(md)
+        t.append(time.perf_counter())
+        events[4].record()
         torch.cuda.synchronize()
         end = time.perf_counter()
         if i < 5:
@@ -192,7 +201,7 @@ def main():
     print(f"{'part':<10} {'host us':>9} {'device us':>10}")
     for p in parts:
         print(f"{p:<10} {statistics.median(host[p]):>9.1f} {statistics.median(device[p]):>10.1f}")
-    print(f"{'total':<10} {statistics.median(total):>9.1f}   (wall: the three calls + sync)")
+    print(f"{'total':<10} {statistics.median(total):>9.1f}   (wall: the four calls + sync)")
 
     # The check: the CPU builder's rows and the CPU attention on host copies of the caches.
     cpu_md = sparse_swa.MetadataBuilder(config).build(
@@ -201,12 +210,18 @@ def main():
     if not (np.array_equal(md.decode_swa_indices.cpu().numpy(), cpu_md.decode_swa_indices)
             and np.array_equal(md.decode_swa_lens.cpu().numpy(), cpu_md.decode_swa_lens)):
         bad.append("decode rows differ from the CPU builder's")
+    cpu_global, cpu_lens = sparse_swa.compressed_topk_to_global(
+        cpu_md, 0, L.local_topk.cpu().numpy(), L.comp_block_table.cpu().numpy(), L.comp_entries,
+        RATIO)
+    if not (np.array_equal(L.extra_indices.cpu().numpy(), cpu_global)
+            and np.array_equal(L.extra_lens.cpu().numpy(), cpu_lens)):
+        bad.append("global top-k slots differ from the CPU consumer's")
     q_bits = L.q.cpu().view(torch.int16).numpy().view(np.uint16)
     ref_bits, ref_lse = sparse_swa.sparse_attention(
         q_bits, L.swa_cache.cpu().numpy(), SWA_BLOCK, cpu_md.decode_swa_indices[:, 0],
         cpu_md.decode_swa_lens, sinks=L.sinks.cpu().numpy(),
         extra_cache=L.comp_cache.cpu().numpy(), extra_block_size=L.comp_entries,
-        extra_indices=L.extra_indices.cpu().numpy(), extra_lens=L.extra_lens.cpu().numpy())
+        extra_indices=cpu_global, extra_lens=cpu_lens)
     ref = torch.from_numpy(np.asarray(ref_bits).view(np.int16)).view(torch.bfloat16).float()
     got = L.out.float().cpu()
     out_err = (got - ref).abs().max().item()
