@@ -175,7 +175,9 @@ def to_ragged(indices, lens):
     capacity = rows.shape[0] * rows.shape[1]
     if indices.is_cuda:
         indptr, flat = sparse_swa.to_ragged(rows, lens, stream=_stream(indices))
-        return indptr, flat[:capacity]
+        # The device flat holds the prefix only; -1 past it, without reading indptr on the host.
+        pos = torch.arange(capacity, dtype=torch.int32, device=flat.device)
+        return indptr, flat.masked_fill_(pos >= indptr[-1], -1)
     indptr, flat = sparse_swa.to_ragged(rows.numpy(), lens.numpy())
     full = torch.full((capacity,), -1, dtype=torch.int32)
     flat = torch.from_numpy(np.asarray(flat))

@@ -157,8 +157,9 @@ def compiled_equals_eager(device, backend):
     expected = layer_step(**eager_in)
     torch._dynamo.reset()
     got = torch.compile(layer_step, fullgraph=True, backend=backend)(**compiled_in)
-    for e, g in zip(expected, got):
-        assert e.device == g.device and torch.equal(e, g)
+    for e, g in zip(expected, got):  # inductor may sum in another order: float tolerance
+        assert e.device == g.device and e.dtype == g.dtype
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
     assert torch.equal(eager_in["cache"], compiled_in["cache"])  # the mutation is kept
 
 
@@ -182,7 +183,10 @@ def test_cuda_ops_equal_cpu_ops_and_run_on_the_current_stream():
         out, lse = ops.sparse_attention(dev["q"], dev["cache"], BLOCK, dev["rows"], dev["lens"],
                                         sinks=dev["sinks"])
         back = ops.decode_kv(dev["cache"], BLOCK, dev["key_slots"])
+        indptr, flat = ops.to_ragged(dev["rows"], dev["lens"])
     side.synchronize()
+    host_indptr, host_flat = ops.to_ragged(host["rows"], host["lens"])
+    assert torch.equal(indptr.cpu(), host_indptr) and torch.equal(flat.cpu(), host_flat)
     ops.encode_kv(host["cache"], BLOCK, host["keys"], host["key_slots"])
     assert torch.equal(dev["cache"].cpu(), host["cache"])  # the codec is bitwise
     assert torch.equal(back.cpu(), ops.decode_kv(host["cache"], BLOCK, host["key_slots"]))
