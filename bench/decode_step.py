@@ -15,7 +15,8 @@ of --repeat steps, and the step's total (wall time of the four calls and a synch
 checks the result against the CPU reference: the CPU builder's rows equal the GPU's bit for bit,
 so do the global top-k slots, and the CPU attention (sparse_swa's CPU backend on host copies of
 the same caches) matches the GPU output within the bf16 tolerance. --torch-ops runs the codec and
-the attention through torch.ops.sparse_swa.* instead of the plain functions. Exit status: 0 checked, 1 a mismatch, 2 a missing requirement.
+the attention through torch.ops.sparse_swa.* instead of the plain functions. Exit status: 0
+checked, 1 a mismatch, 2 a missing requirement.
 
     python3 bench/decode_step.py [--batch 64] [--heads 64] [--topk 512] [--repeat 100]
 """

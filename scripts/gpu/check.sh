@@ -85,6 +85,8 @@ if has python; then
   TAIL=12 step decode_step env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py
   TAIL=12 step decode_step_torch_ops env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py \
     --torch-ops
+  TAIL=10 step vllm_dropin_bench env PYTHONPATH=/tmp/pysite python3 bench/vllm_dropin_bench.py \
+    --anchors .shared/anchors
 fi
 if has sanitize; then
   # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,
