@@ -219,10 +219,11 @@ def test_cuda_graph_capture_of_build_and_attention_replays_like_eager():
     ops.encode_kv(cache, BLOCK, torch.randn((len(all_slots), 512), device="cuda"), all_slots)
 
     qsl, seq, slots = decode_batch(rng, cfg, reqs, pages)
-    # Static inputs: device tensors and pinned host copies, updated in place between replays.
+    # Static inputs: device tensors and their host copies, updated in place between replays (a
+    # replay runs the captured kernels on the device arrays; the host copies give the split).
     d_qsl, d_seq = torch.from_numpy(qsl).cuda(), torch.from_numpy(seq).cuda()
     d_bt, d_slots = torch.from_numpy(pages).cuda(), torch.from_numpy(slots).cuda()
-    h_qsl, h_seq = torch.from_numpy(qsl).pin_memory(), torch.from_numpy(seq).pin_memory()
+    h_qsl, h_seq = torch.from_numpy(qsl.copy()), torch.from_numpy(seq.copy())
     q = torch.randn((reqs, heads, 512), device="cuda").to(torch.bfloat16)
     sinks = torch.randn(heads, device="cuda")
     out = torch.empty_like(q)
