@@ -158,8 +158,8 @@ class SparseSWAMetadataBuilder(_BUILDER_BASE):
             self.vllm_config, self.device = vllm_config, device
         else:
             super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.config = builder_config(kv_cache_spec, vllm_config)
-        c = self.config
+        self.sparse_swa_config = builder_config(kv_cache_spec, vllm_config)
+        c = self.sparse_swa_config
         self.head_size = getattr(kv_cache_spec, "head_size", 512)
         self.block_size = c["block_size"]
         self.window_size = c["window_size"]
@@ -332,8 +332,8 @@ class SharedSWAMetadataBuilds:
             builder = SparseSWAMetadataBuilder(kv_cache_spec, list(layer_names), vllm_config,
                                                device)
             self._builders[key] = builder
-        elif builder.config != config:
-            diff = sorted(k for k in config if config[k] != builder.config[k])
+        elif builder.sparse_swa_config != config:
+            diff = sorted(k for k in config if config[k] != builder.sparse_swa_config[k])
             raise ValueError(f"kv_cache_spec/vllm_config of group {group_id!r}: expected the "
                              f"configuration of the groups with window {key[0]} and block size "
                              f"{key[1]}, got a different {', '.join(diff)}")
