@@ -194,3 +194,43 @@ def test_every_field_equals_the_references_on_random_batches(reference):
     assert updates >= CASES // 8  # the draft update ran on a fair share of the batches
     print(f"{CASES} batches equal to the reference ({updates} with a draft update), "
           f"{'cuda' if ON_GPU else 'cpu (Triton interpreter)'}")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU and sparse_swa's CUDA backend")
+def test_draft_update_captured_in_a_cuda_graph_replays_like_the_reference(reference):
+    # vLLM's fused draft loop captures update_draft_decode_metadata and advances seq_lens in
+    # place between replays.
+    anchor = reference[0]
+    rng = random.Random(5)
+    block, reqs = 32, 8
+    config = {"window_size": 64, "block_size": block, "max_num_batched_tokens": 64,
+              "max_num_seqs": reqs, "max_model_len": 2048, "num_speculative_tokens": 0,
+              "speculative_method": "none", "parallel_drafting": False, "max_image_tokens": 0,
+              "compress_ratios": [1, 4]}
+    cols = config["max_model_len"] // block
+    pages = rng.sample(range(10000), reqs * cols)
+    bt = [pages[r * cols:(r + 1) * cols] for r in range(reqs)]
+    seq = [rng.randint(1, 1500) for _ in range(reqs)]
+    batch = {"query_start_loc": list(range(reqs + 1)), "seq_lens": seq, "block_table": bt,
+             "slot_mapping": [bt[r][(s - 1) // block] * block + (s - 1) % block
+                              for r, s in enumerate(seq)], "causal": True}
+    ref_builder, ours_builder = builders(*reference, config)
+    cm = anchor.to_common(batch, device())
+    ref, ours = ref_builder.build(0, cm), ours_builder.build(0, cm)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture
+        ours_builder.update_draft_decode_metadata(ours)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ours_builder.update_draft_decode_metadata(ours)
+    for _ in range(3):
+        cm.seq_lens.add_(1)  # both builders' metadata hold this very tensor
+        graph.replay()
+        ref_builder.update_draft_decode_metadata(ref)
+        torch.cuda.synchronize()
+        assert torch.equal(ours.decode_swa_indices, ref.decode_swa_indices)
+        assert torch.equal(ours.decode_swa_lens, ref.decode_swa_lens)
+    assert ours.decode_swa_lens.tolist() == [min(s + 3, 64) for s in seq]
