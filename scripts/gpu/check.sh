@@ -80,6 +80,13 @@ if has python; then
       --args python3 scripts/gpu/python_crash_probe.py
     TAIL=30 step toolchain bash scripts/gpu/toolchain_facts.sh
   fi
+  # One V4-Flash decode step from Python (plain functions, then torch.ops), and the vLLM drop-in
+  # against vLLM's builder.
+  TAIL=12 step decode_step env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py
+  TAIL=12 step decode_step_torch_ops env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py \
+    --torch-ops
+  TAIL=10 step vllm_dropin_bench env PYTHONPATH=/tmp/pysite python3 bench/vllm_dropin_bench.py \
+    --anchors .shared/anchors
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
   # Host cost of a Python build() / sparse_attention() call on torch CUDA tensors.
