@@ -88,7 +88,7 @@ if has sanitize; then
   # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,
   # much slower, over the builder, consumer, codec and attention-kernel tests. Fewer random cases
   # under the sanitizers: they run the same kernels far slower.
-  export SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200
+  export SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200 SPARSE_SWA_CONCURRENT_STEPS=4
   for tool in memcheck initcheck racecheck; do
     filter='*Cuda*'
     [[ $tool == racecheck ]] && filter='CudaBuilder*:ConsumersCuda*:*KvCodecCuda*:AttentionCuda.*'

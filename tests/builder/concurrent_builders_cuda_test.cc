@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <barrier>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -38,10 +39,15 @@ namespace {
 using testing::DeviceArray;
 
 constexpr int kThreads = 4;
-constexpr int kSteps = 10;
 constexpr int32_t kHeads = 16;
 constexpr int32_t kCacheBlockSize = 64;
 constexpr int64_t kCacheBlocks = 64;
+
+// Steps per thread: 10, or SPARSE_SWA_CONCURRENT_STEPS (the sanitizer runs use fewer).
+int num_steps() {
+  const char* v = std::getenv("SPARSE_SWA_CONCURRENT_STEPS");
+  return v != nullptr ? std::max(kThreads, std::atoi(v)) : 10;
+}
 
 // An fp8_ds_mla cache on the device, read by every attention call of every thread.
 struct SharedCache {
@@ -86,8 +92,8 @@ std::vector<Step> make_steps(const BuilderConfig& config, uint64_t seed, const S
   testing::RandomBatch gen(seed);
   auto cpu = MetadataBuilder::create(config, Backend::kCpu);
   EXPECT_TRUE(cpu.ok()) << cpu.status().to_string();
-  std::vector<Step> steps(kSteps);
-  for (int s = 0; s < kSteps; ++s) {
+  std::vector<Step> steps(num_steps());
+  for (int s = 0; s < num_steps(); ++s) {
     Step& st = steps[s];
     const auto mode = static_cast<testing::BatchMode>(s % testing::kNumBatchModes);
     st.c.config = config;
@@ -299,13 +305,19 @@ class Worker {
   ReaderOutputs outputs_;
 };
 
-// Two configs with room for every mode's batches.
+// Two configs with room for every mode's batches: DSpark (parallel drafting, non-causal steps)
+// and MTP, both with image spans (the CUDA builder's pinned span staging).
 std::vector<BuilderConfig> make_configs() {
   std::vector<BuilderConfig> configs(2);
   for (int g = 0; g < 2; ++g) {
     testing::RandomBatch gen(777 + g);
     configs[g] = gen.next(testing::BatchMode::kMixed).config;
-    configs[g].max_num_batched_tokens = 2048;
+    configs[g].speculative_method = g == 0 ? SpeculativeMethod::kDspark : SpeculativeMethod::kMtp;
+    configs[g].num_speculative_tokens = g == 0 ? 3 : 2;
+    configs[g].parallel_drafting = g == 0;
+    configs[g].max_image_tokens = g == 0 ? 24 : 40;
+    configs[g].noncausal_index_width = 0;
+    configs[g].max_num_batched_tokens = 512;  // the largest batch_for() step is about 390
     configs[g].max_num_seqs = 64;
     configs[g].max_model_len = 1 << 16;
   }
@@ -351,7 +363,7 @@ TEST(ConcurrentCudaBuilders, ThreadsOnTheirOwnStreamsGiveTheSerialResults) {
   for (int g = 0; g < 2; ++g) {
     auto cpu = MetadataBuilder::create(configs[g], Backend::kCpu);
     ASSERT_TRUE(cpu.ok());
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < num_steps(); ++s) {
       SwaMetadata md;
       ASSERT_TRUE((*cpu)->build(steps[g][s].c.batch.input(), &md).ok());
       EXPECT_EQ(testing::first_difference(testing::snapshot(md), serial[g].at(s).md), "")
@@ -410,8 +422,8 @@ TEST(ConcurrentCudaBuilders, AFinishedBuildIsReadByOtherStreamsOrderedByEvents) 
   // `built`; each reader's stream waits for `built`, reads the metadata into this step's outputs
   // and records `read`. The host only orders the enqueues (the barrier): no stream is
   // synchronised until every step is enqueued.
-  std::vector<SwaMetadata> mds(kSteps);
-  std::vector<std::vector<StepResult>> got(kReaders, std::vector<StepResult>(kSteps));
+  std::vector<SwaMetadata> mds(num_steps());
+  std::vector<std::vector<StepResult>> got(kReaders, std::vector<StepResult>(num_steps()));
   std::barrier sync(kReaders + 1);
   std::vector<std::thread> threads;
   for (int r = 0; r < kReaders; ++r) {
@@ -419,10 +431,10 @@ TEST(ConcurrentCudaBuilders, AFinishedBuildIsReadByOtherStreamsOrderedByEvents) 
       cudaStream_t stream = nullptr;
       EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
       std::vector<std::unique_ptr<ReaderOutputs>> outputs;
-      for (int s = 0; s < kSteps; ++s) {
+      for (int s = 0; s < num_steps(); ++s) {
         outputs.push_back(std::make_unique<ReaderOutputs>(config, workspace));
       }
-      for (int s = 0; s < kSteps; ++s) {
+      for (int s = 0; s < num_steps(); ++s) {
         sync.arrive_and_wait();  // step s enqueued, `built` recorded after it
         EXPECT_EQ(cudaStreamWaitEvent(stream, built, 0), cudaSuccess);
         outputs[s]->enqueue(mds[s], steps[s], cache, stream, &got[r][s]);
@@ -430,11 +442,11 @@ TEST(ConcurrentCudaBuilders, AFinishedBuildIsReadByOtherStreamsOrderedByEvents) 
         sync.arrive_and_wait();  // `read` recorded
       }
       EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      for (int s = 0; s < kSteps; ++s) outputs[s]->download(mds[s], stream, &got[r][s]);
+      for (int s = 0; s < num_steps(); ++s) outputs[s]->download(mds[s], stream, &got[r][s]);
       cudaStreamDestroy(stream);
     });
   }
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < num_steps(); ++s) {
     for (cudaEvent_t e : read) {
       EXPECT_EQ(cudaStreamWaitEvent(producer.stream(), e, 0), cudaSuccess);
     }
@@ -447,7 +459,7 @@ TEST(ConcurrentCudaBuilders, AFinishedBuildIsReadByOtherStreamsOrderedByEvents) 
   for (std::thread& t : threads) t.join();
   EXPECT_TRUE(producer.builder().take_device_error().ok());
   for (int r = 0; r < kReaders; ++r) {
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < num_steps(); ++s) {
       got[r][s].md = expected[s].md;  // the readers' outputs are compared; their metadata was
                                       // the producer's, overwritten since
       EXPECT_EQ(compare(expected[s], got[r][s]), "") << "reader " << r << ", step " << s;
