@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The GPU check, run on the GPU machine from the repo root (CONTRIBUTING.md#gpu-checks):
 #   scripts/gpu/check.sh [STAGES...]
-#   stages: info tests refdiff bench python sanitize (default: all, in that order)
+#   stages: info tests refdiff bench python sanitize (default: all, in that order), and soak (only
+#   when named: SOAK_ARGS=--short for a few seconds, else the full soak, tests/soak/README.md)
 # Needs: .gpu-bin/ (scripts/gpu/build.sh, built on the CPU machine and carried) and .shared/ (a
 # copy of ../shared, carried). Writes one log per step and the JSON results to $OUT.
 set -uo pipefail
@@ -97,7 +98,7 @@ if has sanitize; then
   # Every CUDA test (the sampled attention shapes too) under memcheck and initcheck; racecheck,
   # much slower, over the builder, consumer, codec and attention-kernel tests. Fewer random cases
   # under the sanitizers: they run the same kernels far slower.
-  export SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200
+  export SPARSE_SWA_DIFF_CASES=200 SPARSE_SWA_CONSUMER_CASES=200 SPARSE_SWA_CONCURRENT_STEPS=4
   for tool in memcheck initcheck racecheck; do
     filter='*Cuda*'
     [[ $tool == racecheck ]] && filter='CudaBuilder*:ConsumersCuda*:*KvCodecCuda*:AttentionCuda.*'
@@ -105,6 +106,12 @@ if has sanitize; then
       --tool "$tool" --error-exitcode 9 "$B/sparse_swa_tests" --gtest_filter="$filter" \
       --gtest_brief=1
   done
+fi
+if has soak; then
+  # The CUDA builder replayed from graphs and the attention called over and over, sampled results
+  # against the CPU, memory before and after; the summary goes to $OUT/soak.json.
+  TAIL=30 step soak timeout "${SOAK_TIMEOUT:-540}" "$B/sparse_swa_soak" --json="$OUT/soak.json" \
+    ${SOAK_ARGS:-}
 fi
 echo "failed steps: ${failed[*]:-none}"
 [[ ${#failed[@]} == 0 ]]

@@ -1,26 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA sparse attention vs the CPU reference on random data (never zeros) over a sample of
 // heads x widths x extra widths x page sizes x batches x cache dtypes, outputs poisoned first.
-// Tolerance, elementwise: |cuda - ref_double| <= 2 * |ref_float - ref_double| + 1e-3, where
-// ref_float is a plain fp32 reference over the same bf16 inputs that rounds its output to bf16;
-// NaN never passes. Also: masking of out-of-range entries, device lens outside 0..width, graph
-// capture and replay, constant rows exactly, the host-staged entry point.
+// Tolerance: tests/support/attention_compare.h (elementwise against the double and fp32
+// references; NaN never passes). Also: masking of out-of-range entries, device lens outside
+// 0..width, graph capture and replay, constant rows exactly, the host-staged entry point.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/fp8_e4m3.h"
 #include "sparse_swa/attention.h"
+#include "support/attention_compare.h"
 #include "support/device_array.h"
 #include "support/status_matchers.h"
 
@@ -30,6 +28,8 @@ namespace {
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 constexpr int32_t kPoisonSlots = 16;  // slots [0, 16) hold NaN / huge keys, never inside lens
 
+using testing::AttentionComparison;
+using testing::compare_attention;
 using testing::DeviceArray;
 
 // One paged cache on the host: num_slots random keys (row scales vary), slots [0, 16) poisoned.
@@ -118,90 +118,6 @@ std::vector<uint16_t> random_q(int64_t n, uint32_t seed) {
   return q;
 }
 
-// Tokens [t0, t0 + n) of p (host views).
-SparseAttentionParams slice(const SparseAttentionParams& p, int64_t t0, int64_t n) {
-  SparseAttentionParams s = p;
-  s.num_tokens = n;
-  s.q = p.q + t0 * p.num_heads * kHeadDim;
-  s.swa_indices.data = p.swa_indices.row(t0);
-  s.swa_indices.lens = p.swa_indices.lens + t0;
-  s.swa_indices.rows = n;
-  if (p.extra_indices.rows != 0) {
-    s.extra_indices.data = p.extra_indices.row(t0);
-    s.extra_indices.lens = p.extra_indices.lens + t0;
-    s.extra_indices.rows = n;
-  }
-  return s;
-}
-
-void parallel_over_tokens(int64_t T, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t workers =
-      std::max<int64_t>(1, std::min<int64_t>(T, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (int64_t w = 0; w < workers; ++w) {
-    const int64_t b = T * w / workers, e = T * (w + 1) / workers;
-    threads.emplace_back([&fn, b, e] {
-      if (e > b) fn(b, e);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-// The plain fp32 reference (bf16 inputs, fp32 math, bf16-rounded output): out [T, H, 512] as
-// floats, lse [T, H].
-void float_reference(const SparseAttentionParams& p, float* out, float* lse) {
-  std::vector<float> keys;
-  std::vector<int64_t> slots;
-  for (int64_t t = 0; t < p.num_tokens; ++t) {
-    keys.clear();
-    int64_t n = 0;
-    for (int s = 0; s < (p.extra_indices.rows != 0 ? 2 : 1); ++s) {
-      const ConstIndexView& v = s == 0 ? p.swa_indices : p.extra_indices;
-      const ConstKvCacheView& c = s == 0 ? p.swa_cache : p.extra_cache;
-      slots.clear();
-      for (int32_t j = 0; j < v.lens[t]; ++j) {
-        if (v.row(t)[j] >= 0) slots.push_back(v.row(t)[j]);
-      }
-      keys.resize((n + slots.size()) * kHeadDim);
-      EXPECT_TRUE(decode_kv_rows(c, slots,
-                                 {keys.data() + n * kHeadDim, static_cast<int64_t>(slots.size()),
-                                  kHeadDim, kHeadDim})
-                      .ok());
-      n += static_cast<int64_t>(slots.size());
-    }
-    std::vector<float> score(n), o(kHeadDim);
-    for (int32_t h = 0; h < p.num_heads; ++h) {
-      float* y = out + (t * p.num_heads + h) * kHeadDim;
-      if (n == 0) {
-        std::fill(y, y + kHeadDim, 0.0f);
-        lse[t * p.num_heads + h] = kInfF;
-        continue;
-      }
-      const uint16_t* q = p.q + (t * p.num_heads + h) * kHeadDim;
-      float m = -kInfF;
-      for (int64_t i = 0; i < n; ++i) {
-        float dot = 0.0f;
-        for (int d = 0; d < kHeadDim; ++d) dot += fp8::bf16_to_float(q[d]) * keys[i * kHeadDim + d];
-        score[i] = dot * p.softmax_scale;
-        m = std::max(m, score[i]);
-      }
-      float sum = 0.0f;
-      std::fill(o.begin(), o.end(), 0.0f);
-      for (int64_t i = 0; i < n; ++i) {
-        const float w = std::exp(score[i] - m);
-        sum += w;
-        for (int d = 0; d < kHeadDim; ++d) o[d] += w * keys[i * kHeadDim + d];
-      }
-      const float l = m + std::log(sum);
-      float factor = 1.0f / sum;
-      if (p.sinks != nullptr) factor /= 1.0f + std::exp(p.sinks[h] - l);
-      for (int d = 0; d < kHeadDim; ++d)
-        y[d] = fp8::bf16_to_float(fp8::float_to_bf16(o[d] * factor));
-      lse[t * p.num_heads + h] = l;
-    }
-  }
-}
-
 // Device copies of a host problem; params() is the same call on device memory.
 class DeviceProblem {
  public:
@@ -273,59 +189,6 @@ class DeviceProblem {
   SparseAttentionParams p_;
 };
 
-struct Errors {
-  double max_err = 0, max_float_ref_err = 0, max_lse_err = 0;
-  int64_t failures = 0;
-  std::string first_failure;
-};
-
-// Compares CUDA outputs with both references; elementwise tolerance, NaN never passes.
-Errors compare(const SparseAttentionParams& hp, const std::vector<uint16_t>& cuda_out,
-               const std::vector<float>& cuda_lse) {
-  const int64_t n = hp.num_tokens * hp.num_heads;
-  std::vector<double> ref(n * kHeadDim), ref_lse(n);
-  std::vector<float> fref(n * kHeadDim), fref_lse(n);
-  parallel_over_tokens(hp.num_tokens, [&](int64_t b, int64_t e) {
-    const SparseAttentionParams s = slice(hp, b, e - b);
-    const Status st = sparse_attention_reference(s, ref.data() + b * hp.num_heads * kHeadDim,
-                                                 ref_lse.data() + b * hp.num_heads);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    float_reference(s, fref.data() + b * hp.num_heads * kHeadDim,
-                    fref_lse.data() + b * hp.num_heads);
-  });
-  Errors e;
-  auto fail = [&](const std::string& what) {
-    if (e.failures++ == 0) e.first_failure = what;
-  };
-  for (int64_t i = 0; i < n * kHeadDim; ++i) {
-    const double got = fp8::bf16_to_float(cuda_out[i]);
-    const double err = std::abs(got - ref[i]);
-    const double ferr = std::abs(double{fref[i]} - ref[i]);
-    e.max_float_ref_err = std::max(e.max_float_ref_err, ferr);
-    if (!(err <= 2 * ferr + 1e-3)) {
-      fail("out[" + std::to_string(i / kHeadDim / hp.num_heads) + "][" +
-           std::to_string(i / kHeadDim % hp.num_heads) + "][" + std::to_string(i % kHeadDim) +
-           "] = " + std::to_string(got) + ", reference " + std::to_string(ref[i]) + ", fp32 ref " +
-           std::to_string(fref[i]));
-    }
-    if (err == err) e.max_err = std::max(e.max_err, err);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isinf(ref_lse[i])) {
-      if (cuda_lse[i] != kInfF)
-        fail("lse[" + std::to_string(i) + "] expected +inf, got " + std::to_string(cuda_lse[i]));
-      continue;
-    }
-    const double err = std::abs(double{cuda_lse[i]} - ref_lse[i]);
-    if (!(err <= 2 * std::abs(double{fref_lse[i]} - ref_lse[i]) + 1e-3)) {
-      fail("lse[" + std::to_string(i) + "] = " + std::to_string(cuda_lse[i]) + ", reference " +
-           std::to_string(ref_lse[i]));
-    }
-    if (err == err) e.max_lse_err = std::max(e.max_lse_err, err);
-  }
-  return e;
-}
-
 struct Shape {
   int32_t heads, width, extra_width, swa_block, extra_block, tokens;
   CacheDtype swa_dtype, extra_dtype;
@@ -392,7 +255,7 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
   }
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const Errors e = compare(hp, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << describe(s) << ": " << e.failures
                            << " elements out of tolerance; first: " << e.first_failure;
   EXPECT_EQ(dev.bad_count(), 0);
@@ -527,7 +390,7 @@ TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
                                  {"params.swa_indices[0][0]: slot", "is outside the cache"}));
   SparseAttentionParams ref = p.hp;
   ref.swa_indices = masked.view();
-  const Errors e = compare(ref, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(ref, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -558,7 +421,7 @@ TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
                                  {"params.swa_indices[0][0]: slot -2 is below -1"}));
   SparseAttentionParams ref = p.hp;
   ref.swa_indices = masked.view();
-  const Errors e = compare(ref, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(ref, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -573,7 +436,7 @@ TEST(AttentionCuda, DeviceLensOutsideTheWidthAreClamped) {
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int t = 0; t < 6; ++t) p.rows.lens[t] = std::clamp(wild[t], 0, 32);
-  const Errors e = compare(p.hp, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -601,7 +464,7 @@ TEST(AttentionCuda, GraphCaptureAndReplayAfterInPlaceUpdates) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const Errors e = compare(p.hp, dev.out(), dev.lse());
+    const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
     EXPECT_EQ(e.failures, 0) << "replay " << step << ": " << e.first_failure;
   }
   cudaGraphExecDestroy(exec);
@@ -658,7 +521,7 @@ TEST(AttentionCuda, HostStagedEntryPointMatchesTheDevicePath) {
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out, dev.out());
-  const Errors e = compare(p.hp, out, lse);
+  const AttentionComparison e = compare_attention(p.hp, out, lse);
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -724,7 +587,7 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   DeviceProblem dev(hp, cache, idx, nullptr, nullptr, q, {});
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const Errors e = compare(hp, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 

@@ -60,6 +60,18 @@ std::string RandomCase::describe() const {
   return os.str();
 }
 
+void reserve_growth(RandomCase* c, int32_t max_growth) {
+  c->config.max_model_len += max_growth;
+  const int32_t b = c->batch.block_size();
+  int32_t cols = c->batch.block_table_cols();
+  for (int32_t r = 0; r < c->batch.num_reqs(); ++r) {
+    const int32_t seq = c->batch.seq_lens[r], needed = (seq + b - 1) / b;
+    const int32_t spare = static_cast<int32_t>(c->batch.pages[r].size()) - needed;
+    cols = std::max(cols, (seq + max_growth + b - 1) / b + std::max(0, spare));
+  }
+  c->batch.min_block_table_cols = cols;
+}
+
 RandomBatch::RandomBatch(uint64_t seed, RandomBatchOptions options)
     : rng_(seed), options_(options) {}
 
@@ -138,6 +150,13 @@ BuilderConfig RandomBatch::config_for(BatchMode mode) {
     if (c.compress_ratios.empty()) c.compress_ratios.push_back(pick(rng_, kRatios));
   }
   return c;
+}
+
+int32_t RandomBatch::random_page(int32_t block_size) {
+  // Page ids whose slots fit int32; now and then the largest such id (64-bit slot math).
+  const int32_t max_page = static_cast<int32_t>(
+      (int64_t{std::numeric_limits<int32_t>::max()} - (block_size - 1)) / block_size);
+  return chance(0.03) ? max_page : uniform(0, std::min(max_page, 100000));
 }
 
 int32_t RandomBatch::pick_prefix(const BuilderConfig& config, bool prefill, bool chunked) {
@@ -226,14 +245,10 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
     if (r.query_len > 0) r.seq_len = r.query_len + pick_prefix(config, r.prefill, chunked);
   }
 
-  // Page ids whose slots fit int32; now and then the largest such id (64-bit slot math).
-  const int32_t max_page =
-      static_cast<int32_t>((int64_t{std::numeric_limits<int32_t>::max()} - (b - 1)) / b);
-  const int32_t common_max = std::min(max_page, 100000);
   for (const Req& r : reqs) {
     const int32_t needed = (r.seq_len + b - 1) / b;
     std::vector<int32_t> pages(needed + uniform(0, 2));
-    for (int32_t& p : pages) p = chance(0.03) ? max_page : uniform(0, common_max);
+    for (int32_t& p : pages) p = random_page(b);
     // Pages wholly before the earliest position any window of this request can read.
     const int32_t prefix = r.seq_len - r.query_len;
     const int32_t lowest = prefix - std::max(w, mi) - 1;
@@ -266,6 +281,37 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
   // Spans in any order across requests.
   std::shuffle(batch.image_spans.begin(), batch.image_spans.end(), rng_);
   return batch;
+}
+
+TestBatch RandomBatch::same_shape_variant(const TestBatch& base, int32_t max_growth) {
+  const int32_t b = base.block_size();
+  TestBatch v(b);
+  v.set_causal(base.causal);
+  v.min_block_table_cols = base.block_table_cols();
+  v.max_block_table_cols = base.max_block_table_cols;
+  v.pad_page = base.pad_page;
+  for (int32_t r = 0; r < base.num_reqs(); ++r) {
+    const int32_t ql = base.query_len(r), old_seq = base.seq_lens[r];
+    const int32_t seq = old_seq == 0 ? 0 : old_seq + uniform(0, max_growth);
+    const int32_t old_needed = (old_seq + b - 1) / b, needed = (seq + b - 1) / b;
+    const std::vector<int32_t>& old_pages = base.pages[r];
+    // As many spare pages past the last needed one as the base row had.
+    const int32_t spare = std::max(0, static_cast<int32_t>(old_pages.size()) - old_needed);
+    std::vector<int32_t> pages(needed + spare);
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const bool freed =
+          i < old_pages.size() && old_pages[i] == -1 && static_cast<int32_t>(i) < old_needed;
+      pages[i] = freed ? -1 : random_page(b);
+    }
+    v.add_request(seq, ql, std::move(pages));
+  }
+  v.pad_tokens(base.num_tokens() - base.query_start_loc.back());
+  if (chance(0.3)) {
+    for (int32_t t = 0; t < v.query_start_loc.back(); ++t)
+      if (chance(options_.invalid_token_prob)) v.invalidate(t);
+  }
+  v.image_spans = base.image_spans;
+  return v;
 }
 
 }  // namespace sparse_swa::testing

@@ -55,6 +55,10 @@ struct RandomBatchOptions {
   bool free_unread_pages = true;       // page id -1 where no window of the step reads
 };
 
+// Makes room in `c` for same_shape_variant(c->batch, max_growth): max_model_len raised by
+// max_growth, and a block table wide enough for every variant (min_block_table_cols).
+void reserve_growth(RandomCase* c, int32_t max_growth);
+
 class RandomBatch {
  public:
   explicit RandomBatch(uint64_t seed, RandomBatchOptions options = {});
@@ -70,12 +74,22 @@ class RandomBatch {
   // causal = false needs speculative_method dspark.
   TestBatch batch_for(const BuilderConfig& config, BatchMode mode, bool causal);
 
+  // A new batch of `base`'s shape, as an engine writes one into the input buffers of a captured
+  // CUDA graph between replays: the same requests, query_start_loc, tokens, image spans, causal
+  // flag and block-table width; each request's seq_len grown by 0..max_growth (empty requests
+  // stay empty), fresh page ids (pages `base` freed stay freed: the windows only move forward),
+  // the slots recomputed and tokens invalidated at random. Valid for a config that accepted
+  // `base` with max_model_len raised by max_growth, when base.min_block_table_cols covers
+  // seq_len + max_growth plus the two spare pages batch_for() may add.
+  TestBatch same_shape_variant(const TestBatch& base, int32_t max_growth);
+
   std::mt19937_64& rng() { return rng_; }
   int32_t uniform(int32_t lo, int32_t hi);  // inclusive
   bool chance(double p);
 
  private:
   int32_t pick_prefix(const BuilderConfig& config, bool prefill, bool chunked);
+  int32_t random_page(int32_t block_size);
 
   std::mt19937_64 rng_;
   RandomBatchOptions options_;

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA attention's tolerance against the CPU reference, shared by the attention tests and the
+// soak (tests/soak/). Elementwise: |cuda - ref_double| <= 2 * |ref_float - ref_double| + 1e-3,
+// where ref_double is sparse_attention_reference() and ref_float a plain fp32 computation over the
+// same bf16 inputs that rounds its output to bf16; lse the same way, +inf exactly; NaN never
+// passes. No gtest here: failures are counted and the first one described.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparse_swa/attention.h"
+
+namespace sparse_swa::testing {
+
+// The plain fp32 reference (host params): out [T, H, 512] as floats, lse [T, H].
+void float_attention_reference(const SparseAttentionParams& p, float* out, float* lse);
+
+struct AttentionComparison {
+  double max_err = 0, max_float_ref_err = 0, max_lse_err = 0;
+  int64_t failures = 0;
+  std::string first_failure;
+};
+
+// Compares CUDA outputs (bf16 bits, fp32 lse) of the call `hp` describes (host views) with both
+// references, over the tokens in parallel threads. A reference that fails counts as a failure.
+AttentionComparison compare_attention(const SparseAttentionParams& hp,
+                                      const std::vector<uint16_t>& cuda_out,
+                                      const std::vector<float>& cuda_lse);
+
+}  // namespace sparse_swa::testing
