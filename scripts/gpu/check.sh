@@ -70,9 +70,10 @@ if has python; then
   [[ -x /usr/bin/c++ ]] && export CXX=/usr/bin/c++ CUDAHOSTCXX=/usr/bin/c++
   step pip_install python3 -m pip install --no-build-isolation --no-deps --no-index -q \
     --target /tmp/pysite -C build-dir=/tmp/pybuild2 --upgrade .
-  TAIL=60 step pytest env PYTHONPATH=/tmp/pysite python3 -X faulthandler -m pytest -v -x \
-    -p no:cacheprovider tests/python
-  if [[ " ${failed[*]} " == *" pytest "* ]]; then  # locate a crash: with and without torch
+  # Every test runs (no -x); the tail lists the failures. PROBE=1 locates a crash after a failure.
+  TAIL=60 step pytest timeout "${PYTEST_TIMEOUT:-420}" env PYTHONPATH=/tmp/pysite python3 \
+    -X faulthandler -m pytest -q -rfE -p no:cacheprovider tests/python
+  if [[ "${PROBE:-0}" == 1 && " ${failed[*]} " == *" pytest "* ]]; then  # with and without torch
     TAIL=6 step probe env PYTHONPATH=/tmp/pysite python3 scripts/gpu/python_crash_probe.py
     TAIL=6 step probe_torch env PYTHONPATH=/tmp/pysite python3 scripts/gpu/python_crash_probe.py --torch
     step pip_install_debug python3 -m pip install --no-build-isolation --no-deps --no-index -q \

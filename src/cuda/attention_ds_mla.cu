@@ -61,9 +61,20 @@ constexpr int kStageConfig[3] = {SPARSE_SWA_ATTENTION_STAGES / 100,
 #else
 constexpr int kStageConfig[3] = {2, 4, 2};
 #endif
-constexpr int kKStages = kStageConfig[0];       // decoded K tiles in shared memory
-constexpr int kRawStages = kStageConfig[1];     // gathered tiles in flight, kRawStages - 1 ahead
-constexpr int kPBufs = kStageConfig[2];         // P tiles between QK and PV
+constexpr int kKStages = kStageConfig[0];    // decoded K tiles in shared memory
+constexpr int kRawStages = kStageConfig[1];  // gathered tiles in flight, kRawStages - 1 ahead
+constexpr int kPBufs = kStageConfig[2];      // P tiles between QK and PV
+// Registers per thread of each role (setmaxnreg); 128 x (producer + QK + 2 PV) = the 64 K
+// registers of the SM. SPARSE_SWA_ATTENTION_PRODUCER_REGS (development builds) moves registers
+// from the PV warpgroups to the producer.
+#if defined(SPARSE_SWA_ATTENTION_PRODUCER_REGS)
+constexpr int kProducerRegs = SPARSE_SWA_ATTENTION_PRODUCER_REGS;
+#else
+constexpr int kProducerRegs = 64;
+#endif
+constexpr int kQkRegs = 80;
+constexpr int kPvRegs = (512 - kProducerRegs - kQkRegs) / 2 / 8 * 8;
+static_assert(kProducerRegs % 8 == 0 && kProducerRegs + kQkRegs + 2 * kPvRegs <= 512);
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
 constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
@@ -847,13 +858,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int wg = tid >> 7;
   if (wg == 0) {
-    ptx::setmaxnreg_dec<64>();
+    ptx::setmaxnreg_dec<kProducerRegs>();
     producer(a, c, tid);
   } else if (wg == 1) {
-    ptx::setmaxnreg_dec<80>();
+    ptx::setmaxnreg_dec<kQkRegs>();
     qk_softmax<kWgmma>(a, c, (tid >> 5) & 3, tid & 31);
   } else {
-    ptx::setmaxnreg_inc<184>();
+    ptx::setmaxnreg_inc<kPvRegs>();
     if constexpr (kWgmmaPv) {
       pv_wgmma(a, c, wg - 2, (tid >> 5) & 3, tid & 31);
     } else {
