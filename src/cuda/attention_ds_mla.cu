@@ -1040,6 +1040,12 @@ bool ds_mla_attention_applies(const SparseAttentionParams& p) {
   return p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla;
 }
 
+// Split-KV pays a partial (O, max, sum) per slice and a merge: a key list shorter than
+// kMinTilesToSplit tiles runs whole, and a slice gets at least kMinSliceTiles tiles
+// (bench/README.md#variant-log, run 21).
+constexpr int64_t kMinTilesToSplit = 8;
+constexpr int64_t kMinSliceTiles = 2;
+
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes) {
   DsMlaPlan plan;
@@ -1049,9 +1055,9 @@ DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
   const int64_t max_keys =
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
-  if (ctas == 0 || ctas >= num_sms) return plan;
-  // Fill the SMs once (a slice of one tile still pays its gather latency and a merge row).
-  int64_t splits = std::min<int64_t>(num_sms / ctas, max_tiles);
+  if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
+  // Fill the SMs once, each slice with at least kMinSliceTiles tiles.
+  int64_t splits = std::min<int64_t>(num_sms / ctas, max_tiles / kMinSliceTiles);
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
   if (workspace_bytes >= 0) splits = std::min(splits, workspace_bytes / row_bytes);
   if (splits <= 1) return plan;
