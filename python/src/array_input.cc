@@ -9,32 +9,6 @@ namespace sparse_swa::python {
 
 namespace {
 
-std::string dtype_name(nb::dlpack::dtype d) {
-  std::string base;
-  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
-    case nb::dlpack::dtype_code::Int:
-      base = "int";
-      break;
-    case nb::dlpack::dtype_code::UInt:
-      base = "uint";
-      break;
-    case nb::dlpack::dtype_code::Float:
-      base = "float";
-      break;
-    case nb::dlpack::dtype_code::Bfloat:
-      base = "bfloat";
-      break;
-    case nb::dlpack::dtype_code::Complex:
-      base = "complex";
-      break;
-    case nb::dlpack::dtype_code::Bool:
-      return "bool";
-    default:
-      base = str_cat("dtype-code-", static_cast<int>(d.code), "-");
-  }
-  return str_cat(base, static_cast<int>(d.bits), d.lanes > 1 ? str_cat("x", d.lanes) : "");
-}
-
 template <typename T>
 void expect_dtype(const InputArray& a, std::string_view field) {
   const nb::dlpack::dtype want = nb::dtype<T>();
@@ -70,6 +44,32 @@ std::span<const T> contiguous_vector(const InputArray& a, std::string_view field
 }
 
 }  // namespace
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  std::string base;
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int:
+      base = "int";
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      base = "uint";
+      break;
+    case nb::dlpack::dtype_code::Float:
+      base = "float";
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      base = "bfloat";
+      break;
+    case nb::dlpack::dtype_code::Complex:
+      base = "complex";
+      break;
+    case nb::dlpack::dtype_code::Bool:
+      return "bool";
+    default:
+      base = str_cat("dtype-code-", static_cast<int>(d.code), "-");
+  }
+  return str_cat(base, static_cast<int>(d.bits), d.lanes > 1 ? str_cat("x", d.lanes) : "");
+}
 
 void expect_aligned(const void* data, size_t alignment, std::string_view field) {
   if (reinterpret_cast<uintptr_t>(data) % alignment != 0) {

@@ -29,7 +29,8 @@ struct Place {
   int device_id = 0;
   bool operator==(const Place&) const = default;
 };
-std::string place_name(const Place& place);  // "cpu", "cuda:1"
+std::string place_name(const Place& place);   // "cpu", "cuda:1"
+std::string dtype_name(nb::dlpack::dtype d);  // "int32", "bfloat16", "uint8x4"
 
 // ValueError unless every dimension is >= 0 and the element count (the product of the
 // dimensions) and the byte extent (itemsize * sum of (dim - 1) * |stride|) fit int64: a DLPack

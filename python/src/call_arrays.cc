@@ -67,30 +67,6 @@ size_t elem_size(Elem e) {
   }
 }
 
-std::string dtype_text(const nb::dlpack::dtype& d) {
-  const char* kind = nullptr;
-  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
-    case nb::dlpack::dtype_code::Int:
-      kind = "int";
-      break;
-    case nb::dlpack::dtype_code::UInt:
-      kind = "uint";
-      break;
-    case nb::dlpack::dtype_code::Float:
-      kind = "float";
-      break;
-    case nb::dlpack::dtype_code::Bfloat:
-      kind = "bfloat";
-      break;
-    case nb::dlpack::dtype_code::Bool:
-      return "bool";
-    default:
-      return str_cat("dtype (DLPack code ", static_cast<int>(d.code), ", ",
-                     static_cast<int>(d.bits), " bits)");
-  }
-  return str_cat(kind, static_cast<int>(d.bits), d.lanes > 1 ? str_cat("x", d.lanes) : "");
-}
-
 template <typename Array>
 Elem expect_elem(const Array& a, std::string_view field, std::initializer_list<Elem> elems) {
   std::string wanted;
@@ -98,7 +74,7 @@ Elem expect_elem(const Array& a, std::string_view field, std::initializer_list<E
     if (a.dtype() == dlpack_dtype(e)) return e;
     wanted += str_cat(wanted.empty() ? "" : " or ", elem_name(e));
   }
-  raise_value_error(str_cat(field, ": expected dtype ", wanted, ", got ", dtype_text(a.dtype()),
+  raise_value_error(str_cat(field, ": expected dtype ", wanted, ", got ", dtype_name(a.dtype()),
                             " (arrays are taken without conversion)"));
 }
 
