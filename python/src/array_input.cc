@@ -222,6 +222,22 @@ void expect_same_place(const Place& actual, std::string_view field, const Place&
   }
 }
 
+int64_t checked_row_stride(const InputArray& a, std::string_view field, size_t last) {
+  const int64_t rows = static_cast<int64_t>(a.shape(0));
+  const int64_t cols = static_cast<int64_t>(a.shape(last));
+  if (rows > 0 && cols > 1 && a.stride(last) != 1) {
+    raise_value_error(
+        str_cat(field, ": expected rows with unit column stride, got stride ", a.stride(last)));
+  }
+  if (rows <= 1) return cols;  // a single row's stride is never used; DLPack may report anything
+  const int64_t stride = a.stride(0);
+  if (stride < cols) {
+    raise_value_error(
+        str_cat(field, ": expected a row stride >= ", cols, " columns, got ", stride));
+  }
+  return stride;
+}
+
 std::span<const int32_t> int32_vector(const InputArray& a, std::string_view field) {
   return contiguous_vector<int32_t>(a, field);
 }
@@ -236,17 +252,7 @@ MatrixView<const int32_t> int32_matrix(const InputArray& a, std::string_view fie
   expect_ndim(a, field, 2);
   const int64_t rows = static_cast<int64_t>(a.shape(0));
   const int64_t cols = static_cast<int64_t>(a.shape(1));
-  if (rows > 0 && cols > 1 && a.stride(1) != 1) {
-    raise_value_error(
-        str_cat(field, ": expected rows with unit column stride, got stride ", a.stride(1)));
-  }
-  int64_t stride = a.stride(0);
-  if (rows <= 1) {
-    stride = cols;  // a single row's stride is never used; DLPack may report anything
-  } else if (stride < cols) {
-    raise_value_error(
-        str_cat(field, ": expected a row stride >= ", cols, " columns, got ", stride));
-  }
+  const int64_t stride = checked_row_stride(a, field, 1);
   const int32_t* data = rows * cols == 0 ? nullptr : aligned_data<int32_t>(a, field);
   if (rows > 0 && data == nullptr) data = static_cast<const int32_t*>(a.data());
   return {data, rows, cols, stride, space};

@@ -45,6 +45,9 @@ void expect_countable(const Array& a, std::string_view field) {
 // Imports `obj` through DLPack (or the buffer protocol). ValueError when it is not an array, or
 // when its shape is not countable (expect_countable).
 InputArray import_array(nb::handle obj, std::string_view field);
+// The row stride of an array whose columns are dimension `last` (rows: dimension 0), checked:
+// unit column stride, row stride >= columns; a single row reports its columns.
+int64_t checked_row_stride(const InputArray& a, std::string_view field, size_t last);
 // The same for an array written in place: a read-only one (e.g. a non-writeable numpy array) is
 // a ValueError. Torch tensors go through torch._C._to_dlpack (no Python-level __dlpack__).
 nb::ndarray<> import_writable_array(nb::handle obj, std::string_view field);

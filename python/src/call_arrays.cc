@@ -197,17 +197,7 @@ MatrixView<const int32_t> index_rows(const InputArray& a, std::string_view field
   const int64_t rows = static_cast<int64_t>(a.shape(0));
   const size_t last = a.ndim() - 1;
   const int64_t cols = static_cast<int64_t>(a.shape(last));
-  if (rows > 0 && cols > 1 && a.stride(last) != 1) {
-    raise_value_error(
-        str_cat(field, ": expected rows with unit column stride, got stride ", a.stride(last)));
-  }
-  int64_t stride = a.stride(0);
-  if (rows <= 1) {
-    stride = cols;  // a single row's stride is never used; DLPack may report anything
-  } else if (stride < cols) {
-    raise_value_error(
-        str_cat(field, ": expected a row stride >= ", cols, " columns, got ", stride));
-  }
+  const int64_t stride = checked_row_stride(a, field, last);
   if (cols > INT32_MAX) {
     raise_value_error(
         str_cat(field, ": expected a width (columns) <= ", INT32_MAX, ", got ", cols));

@@ -17,14 +17,7 @@ Status cuda_device_alloc(void** ptr, size_t bytes) {
   return cuda_status(cudaMalloc(ptr, bytes), "cudaMalloc");
 }
 void cuda_device_free(void* ptr) { cudaFree(ptr); }
-bool cuda_stream_capturing(void* cuda_stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(cuda_stream), &status) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
+bool cuda_stream_capturing(void* cuda_stream) { return stream_capturing(cuda_stream); }
 Status cuda_copy_host_to_device(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
                      "cudaMemcpy(host to device)");

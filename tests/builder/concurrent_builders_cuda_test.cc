@@ -31,10 +31,13 @@
 #include "sparse_swa/metadata_builder.h"
 #include "support/device_array.h"
 #include "support/metadata_snapshot.h"
+#include "support/step_result.h"
 #include "testing/random_batch.h"
 
 namespace sparse_swa {
 namespace {
+
+using testing::StepResult;
 
 using testing::DeviceArray;
 
@@ -127,25 +130,6 @@ std::vector<Step> make_steps(const BuilderConfig& config, uint64_t seed, const S
     st.q = std::make_unique<DeviceArray<uint16_t>>(q);
   }
   return steps;
-}
-
-// What one step gives on one stream: the metadata, the SWA-only mixed matrix, the ragged decode
-// rows and the attention over the decode rows.
-struct StepResult {
-  testing::MetadataSnapshot md;
-  std::vector<int32_t> mixed, mixed_lens, indptr, values;
-  std::vector<uint16_t> out;
-  std::vector<float> lse;
-  std::string error;  // empty when every call succeeded
-};
-
-std::string compare(const StepResult& a, const StepResult& b) {
-  if (a.error != b.error) return "error: " + a.error + " vs " + b.error;
-  if (std::string d = testing::first_difference(a.md, b.md); !d.empty()) return d;
-  if (a.mixed != b.mixed || a.mixed_lens != b.mixed_lens) return "mixed";
-  if (a.indptr != b.indptr || a.values != b.values) return "ragged";
-  if (a.out != b.out || a.lse != b.lse) return "attention";
-  return "";
 }
 
 // The device outputs of one step's readers (consumers and attention), for one stream: a
@@ -387,7 +371,7 @@ TEST(ConcurrentCudaBuilders, ThreadsOnTheirOwnStreamsGiveTheSerialResults) {
     for (int i = 0; i < kThreads; ++i) {
       ASSERT_EQ(threaded[i].size(), serial[i].size()) << "thread " << i;
       for (size_t s = 0; s < serial[i].size(); ++s) {
-        EXPECT_EQ(compare(serial[i][s], threaded[i][s]), "")
+        EXPECT_EQ(testing::first_step_difference(serial[i][s], threaded[i][s]), "")
             << "round " << round << ", thread " << i << ", step " << s;
       }
     }
@@ -462,7 +446,8 @@ TEST(ConcurrentCudaBuilders, AFinishedBuildIsReadByOtherStreamsOrderedByEvents) 
     for (int s = 0; s < num_steps(); ++s) {
       got[r][s].md = expected[s].md;  // the readers' outputs are compared; their metadata was
                                       // the producer's, overwritten since
-      EXPECT_EQ(compare(expected[s], got[r][s]), "") << "reader " << r << ", step " << s;
+      EXPECT_EQ(testing::first_step_difference(expected[s], got[r][s]), "")
+          << "reader " << r << ", step " << s;
     }
   }
   cudaEventDestroy(built);

@@ -19,10 +19,13 @@
 #include "sparse_swa/kv_cache.h"
 #include "sparse_swa/metadata_builder.h"
 #include "support/metadata_snapshot.h"
+#include "support/step_result.h"
 #include "testing/random_batch.h"
 
 namespace sparse_swa {
 namespace {
+
+using testing::StepResult;
 
 constexpr int kThreads = 4;
 constexpr int kStepsPerThread = 12;
@@ -31,16 +34,6 @@ constexpr int kStepsPerThread = 12;
 struct Step {
   testing::RandomCase c;
   BatchInput input;
-};
-
-// What one run of a step gives: the metadata, the SWA-only mixed matrix, the ragged decode rows
-// and an attention over the decode rows.
-struct StepResult {
-  testing::MetadataSnapshot md;
-  std::vector<int32_t> mixed, mixed_lens, indptr, values;
-  std::vector<uint16_t> out;
-  std::vector<float> lse;
-  std::string error;  // empty when every call succeeded
 };
 
 // A small bf16 cache shared by every attention call (read only).
@@ -107,15 +100,6 @@ StepResult run_step(MetadataBuilder& builder, const Step& step, const SharedCach
   return r;
 }
 
-std::string compare(const StepResult& serial, const StepResult& threaded) {
-  if (serial.error != threaded.error) return "error: " + serial.error + " vs " + threaded.error;
-  if (std::string d = testing::first_difference(serial.md, threaded.md); !d.empty()) return d;
-  if (serial.mixed != threaded.mixed || serial.mixed_lens != threaded.mixed_lens) return "mixed";
-  if (serial.indptr != threaded.indptr || serial.values != threaded.values) return "ragged";
-  if (serial.out != threaded.out || serial.lse != threaded.lse) return "attention";
-  return "";
-}
-
 TEST(ConcurrentBuilders, ThreadsGiveTheSerialResults) {
   // Thread i runs steps[i % 2 ...]: threads 0 and 2 (1 and 3) share their steps' inputs.
   std::vector<std::vector<Step>> steps(2);
@@ -166,7 +150,7 @@ TEST(ConcurrentBuilders, ThreadsGiveTheSerialResults) {
     for (int i = 0; i < kThreads; ++i) {
       ASSERT_EQ(threaded[i].size(), serial[i].size()) << "thread " << i;
       for (size_t s = 0; s < serial[i].size(); ++s) {
-        EXPECT_EQ(compare(serial[i][s], threaded[i][s]), "")
+        EXPECT_EQ(testing::first_step_difference(serial[i][s], threaded[i][s]), "")
             << "round " << round << ", thread " << i << ", step " << s;
       }
     }

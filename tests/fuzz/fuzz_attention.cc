@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "sparse_swa/attention.h"
 
 namespace {
@@ -38,19 +39,9 @@ constexpr uint32_t kPoisonLse = 0x7fbadbadu;
   std::abort();
 }
 
-// True with probability p; an exhausted input (ConsumeProbability 0) never picks the rare case.
-bool rare(FuzzedDataProvider& in, float p) { return in.ConsumeProbability<float>() > 1.0f - p; }
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
-float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
+using fuzz::bits_of;
+using fuzz::float_of;
+using fuzz::rare;
 float bf16_float(uint16_t b) { return float_of(uint32_t{b} << 16); }
 
 // Bulk values (cache pages, q, rows) come from a generator seeded by the input, so that the

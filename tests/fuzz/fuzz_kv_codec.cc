@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "sparse_swa/kv_cache.h"
 
 namespace {
@@ -40,19 +41,9 @@ constexpr uint32_t kPoisonBits = 0x7fbadbadu;
   std::abort();
 }
 
-// True with probability p; an exhausted input (ConsumeProbability 0) never picks the rare case.
-bool rare(FuzzedDataProvider& in, float p) { return in.ConsumeProbability<float>() > 1.0f - p; }
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
-float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
+using fuzz::bits_of;
+using fuzz::float_of;
+using fuzz::rare;
 
 // Bulk values (cache pages, q, rows) come from a generator seeded by the input, so that the
 // input's bytes drive the shapes rather than run out on values.

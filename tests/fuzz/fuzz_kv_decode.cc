@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "sparse_swa/kv_cache.h"
 
 namespace {
@@ -52,16 +53,8 @@ struct AlignedBytes {
   uint8_t* data;
 };
 
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof(u));
-  return u;
-}
-float float_of(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof(x));
-  return x;
-}
+using fuzz::bits_of;
+using fuzz::float_of;
 
 // OCP e4m3 ("fn"): sign, 4 exponent bits (bias 7), 3 mantissa bits, S.1111.111 = NaN.
 float e4m3_value(uint8_t code) {
