@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode shapes.
+// sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode and prefill
+// shapes.
 //
-// Method (bench/README.md#attention): fp8_ds_mla caches, attention sink on, random slots that no
-// two tokens share (except where a shape says so), every output checked against the CPU reference
-// on sampled tokens first; then the call is captured into a CUDA graph and replayed: 30 timed
-// replays, each after a 256 MiB write that flushes the L2, with CUDA events around the replay
-// alone (median and min), and 30 warm back-to-back replays beside them. `host` is the median host
-// time of one eager call (checks, plan, launch). Memory floor: every key's 584 bytes + 4 index
-// bytes, Q and O in bf16, at 4.4 TB/s. Prints a table; --json FILE writes the numbers.
+// Method (bench/README.md#attention): fp8_ds_mla caches (bf16 where a prefill shape says so),
+// attention sink on; decode: random slots that no two tokens share (except where a shape says so);
+// prefill: every token's keys distinct random slots of one shared pool. Every output is checked
+// against the CPU reference on sampled tokens first; then the call is captured into a CUDA graph
+// and replayed: 30 timed replays, each after a 256 MiB write that flushes the L2, with CUDA events
+// around the replay alone (median and min), and 30 warm back-to-back replays beside them. `host`
+// is the median host time of one eager call (checks, plan, launch). Floor: the larger of the
+// memory floor (every key's bytes + 4 index bytes -- a prefill pool's keys once --, Q and O in
+// bf16, at 4.4 TB/s) and the compute floor (2 x heads x keys x 1024 FLOPs at 790 TFLOP/s).
+// Prints a table; --json FILE writes the numbers.
 //
-//   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--no-split]
+//   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
+//                              [--no-split]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +36,7 @@ namespace {
 using namespace sparse_swa;
 
 constexpr double kReadBandwidth = 4.4e12;  // bytes/s, the H200's measured copy rate
+constexpr double kPeakFlops = 790e12;      // bf16 FLOP/s of a large GEMM on the H200
 
 struct Scenario {
   const char* name;
@@ -40,6 +46,10 @@ struct Scenario {
   double extra_fill;               // fraction of the extra row that is valid
   int32_t group;                   // consecutive tokens of one request (MTP: 2)
   double flashmla_us;              // its figure on the same machine (0: none)
+  // Prefill shapes: every token draws swa_width + extra_width distinct slots of one shared pool
+  // of `pool` slots (64-slot pages), both segments in that cache. 0: decode slots as above.
+  int32_t pool = 0;
+  CacheDtype dtype = CacheDtype::kFp8DsMla;
 };
 
 // The shapes of sparse_mla_performance.md and their FlashMLA figures (same machine, same method).
@@ -58,6 +68,16 @@ const Scenario kScenarios[] = {
     {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
     {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
     {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
+    // Prefill (FlashMLA's sparse prefill reads a bf16 copy of the keys).
+    {"prefill_h64_t4096_bf16", 4096, 64, 128, 512, 64, 1.0, 1, 644, 32768, CacheDtype::kBf16},
+    {"prefill_h64_t4096_fp8", 4096, 64, 128, 512, 64, 1.0, 1, 0, 32768},
+    {"prefill_h128_t4096_bf16", 4096, 128, 128, 1024, 64, 1.0, 1, 2037, 32768, CacheDtype::kBf16},
+    {"prefill_h128_t4096_fp8", 4096, 128, 128, 1024, 64, 1.0, 1, 0, 32768},
+    {"prefill_h64_t512_bf16", 512, 64, 128, 512, 64, 1.0, 1, 89, 8192, CacheDtype::kBf16},
+    {"prefill_h16_t4096_bf16", 4096, 16, 128, 512, 64, 1.0, 1, 0, 32768, CacheDtype::kBf16},
+    {"prefill_h8_t4096_bf16", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768, CacheDtype::kBf16},
+    {"prefill_h16_t4096_fp8", 4096, 16, 128, 512, 64, 1.0, 1, 0, 32768},
+    {"prefill_h8_t4096_fp8", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768},
 };
 
 struct Problem {
@@ -83,18 +103,17 @@ float from_bf16(uint16_t b) {
 }
 
 // A cache of n random rows (scales vary per slot), written with the library's CPU codec.
-void make_cache(int64_t slots, int32_t block_size, std::mt19937* rng, std::vector<uint8_t>* bytes,
-                int64_t* blocks, int64_t* stride) {
+void make_cache(int64_t slots, int32_t block_size, CacheDtype dtype, std::mt19937* rng,
+                std::vector<uint8_t>* bytes, int64_t* blocks, int64_t* stride) {
   *blocks = (slots + block_size - 1) / block_size;
-  *stride = (block_size * kDsMlaContentBytes + 575) / 576 * 576;
+  *stride = (block_size * cache_token_bytes(dtype) + 575) / 576 * 576;
   bytes->assign(*blocks * *stride, 0);
   const int64_t n = *blocks * block_size;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t chunk = 4096;
   std::vector<float> rows(chunk * kHeadDim);
   std::vector<int64_t> ids(chunk);
-  KvCacheView view{bytes->data(),         *blocks,           block_size, *stride,
-                   CacheDtype::kFp8DsMla, MemorySpace::kHost};
+  KvCacheView view{bytes->data(), *blocks, block_size, *stride, dtype, MemorySpace::kHost};
   for (int64_t s0 = 0; s0 < n; s0 += chunk) {
     const int64_t m = std::min(chunk, n - s0);
     for (int64_t i = 0; i < m; ++i) {
@@ -111,13 +130,39 @@ void make_cache(int64_t slots, int32_t block_size, std::mt19937* rng, std::vecto
   }
 }
 
-Problem make_problem(const Scenario& s, uint32_t seed) {
+// Prefill: one pool cache, every token's two segments distinct random slots of it.
+Problem make_pool_problem(const Scenario& s, std::mt19937* rng) {
   Problem p;
-  std::mt19937 rng(seed);
+  const int32_t T = s.tokens;
+  make_cache(s.pool, 64, s.dtype, rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
+  p.swa_idx.resize(int64_t{T} * s.swa_width);
+  p.extra_idx.resize(int64_t{T} * s.extra_width);
+  p.swa_lens.assign(T, s.swa_width);
+  p.extra_lens.assign(T, s.extra_width);
+  std::vector<int32_t> perm(s.pool);
+  std::iota(perm.begin(), perm.end(), 0);
+  const int32_t keys = s.swa_width + s.extra_width;
+  for (int32_t t = 0; t < T; ++t) {
+    for (int32_t j = 0; j < keys; ++j) {  // a partial shuffle: the first `keys` entries
+      std::swap(perm[j], perm[j + (*rng)() % (s.pool - j)]);
+      if (j < s.swa_width) {
+        p.swa_idx[int64_t{t} * s.swa_width + j] = perm[j];
+      } else {
+        p.extra_idx[int64_t{t} * s.extra_width + j - s.swa_width] = perm[j];
+      }
+    }
+  }
+  p.keys = int64_t{T} * keys;
+  return p;
+}
+
+// Decode: every token its own slots (tokens of one request share as the scenario says).
+Problem make_decode_problem(const Scenario& s, std::mt19937& rng) {
+  Problem p;
   const int32_t T = s.tokens;
   // SWA: 128-key windows; tokens of one request (group) share all but one key.
   const int64_t swa_slots = int64_t{T} * s.swa_width + 256;
-  make_cache(swa_slots, 256, &rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
+  make_cache(swa_slots, 256, s.dtype, &rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
   std::vector<int32_t> perm(p.swa_blocks * 256);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -138,7 +183,8 @@ Problem make_problem(const Scenario& s, uint32_t seed) {
   if (s.extra_width > 0) {
     const int32_t valid = static_cast<int32_t>(s.extra_width * s.extra_fill);
     const int64_t slots = int64_t{T} * valid + 256;
-    make_cache(slots, s.extra_block, &rng, &p.extra_cache, &p.extra_blocks, &p.extra_stride);
+    make_cache(slots, s.extra_block, s.dtype, &rng, &p.extra_cache, &p.extra_blocks,
+               &p.extra_stride);
     std::vector<int32_t> eperm(p.extra_blocks * s.extra_block);
     std::iota(eperm.begin(), eperm.end(), 0);
     std::shuffle(eperm.begin(), eperm.end(), rng);
@@ -155,6 +201,13 @@ Problem make_problem(const Scenario& s, uint32_t seed) {
     }
     p.keys += int64_t{T} * valid;
   }
+  return p;
+}
+
+Problem make_problem(const Scenario& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Problem p = s.pool > 0 ? make_pool_problem(s, &rng) : make_decode_problem(s, rng);
+  const int32_t T = s.tokens;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   p.q.resize(int64_t{T} * s.heads * kHeadDim);
   for (uint16_t& v : p.q) v = to_bf16(normal(rng));
@@ -181,7 +234,7 @@ T* upload(const std::vector<T>& v) {
 }
 
 struct Result {
-  double median_us = 0, min_us = 0, warm_us = 0, floor_us = 0, max_err = 0, host_us = 0;
+  double median_us = 0, min_us = 0, warm_us = 0, floor_us = 0, max_err = 0, host_us = 0, flops = 0;
   int32_t checked_tokens = 0;
   bool ok = true;
 };
@@ -198,13 +251,16 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   hp.num_tokens = T;
   hp.num_heads = H;
   hp.q = p.q.data();
-  hp.swa_cache = {p.swa_cache.data(), p.swa_blocks,          256,
-                  p.swa_stride,       CacheDtype::kFp8DsMla, MemorySpace::kHost};
+  const int32_t swa_block = s.pool > 0 ? 64 : 256;
+  hp.swa_cache = {p.swa_cache.data(), p.swa_blocks, swa_block,
+                  p.swa_stride,       s.dtype,      MemorySpace::kHost};
   hp.swa_indices = {p.swa_idx.data(), p.swa_lens.data(), T, s.swa_width, s.swa_width,
                     s.swa_width,      MemorySpace::kHost};
   if (s.extra_width > 0) {
-    hp.extra_cache = {p.extra_cache.data(), p.extra_blocks,        s.extra_block,
-                      p.extra_stride,       CacheDtype::kFp8DsMla, MemorySpace::kHost};
+    hp.extra_cache =
+        s.pool > 0 ? hp.swa_cache
+                   : ConstKvCacheView{p.extra_cache.data(), p.extra_blocks, s.extra_block,
+                                      p.extra_stride,       s.dtype,        MemorySpace::kHost};
     hp.extra_indices = {p.extra_idx.data(), p.extra_lens.data(), T, s.extra_width, s.extra_width,
                         s.extra_width,      MemorySpace::kHost};
   }
@@ -219,7 +275,8 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   dp.swa_indices.lens = upload(p.swa_lens);
   dp.swa_indices.space = MemorySpace::kDevice;
   if (s.extra_width > 0) {
-    dp.extra_cache.data = upload(p.extra_cache);
+    // Prefill: both segments index the one pool.
+    dp.extra_cache.data = s.pool > 0 ? dp.swa_cache.data : upload(p.extra_cache);
     dp.extra_cache.space = MemorySpace::kDevice;
     dp.extra_indices.data = upload(p.extra_idx);
     dp.extra_indices.lens = upload(p.extra_lens);
@@ -342,8 +399,13 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   r.median_us = median(cold);
   r.min_us = *std::min_element(cold.begin(), cold.end());
   r.warm_us = median(warm);
-  const double bytes = double(p.keys) * (kDsMlaContentBytes + 4) + 2.0 * T * H * kHeadDim * 2;
-  r.floor_us = bytes / kReadBandwidth * 1e6;
+  // Prefill gathers from a pool that fits in the L2: its floor is the pool once, or the compute.
+  const double key_bytes = double(cache_token_bytes(s.dtype)) + 4;
+  const double bytes =
+      (s.pool > 0 ? double(s.pool) * key_bytes + p.keys * 4.0 : p.keys * key_bytes) +
+      2.0 * T * H * kHeadDim * 2;
+  r.flops = 2.0 * H * double(p.keys) * 2 * kHeadDim;  // QK and PV
+  r.floor_us = std::max(bytes / kReadBandwidth, r.flops / kPeakFlops) * 1e6;
 
   cudaFree(const_cast<uint16_t*>(dp.q));
   cudaFree(const_cast<float*>(dp.sinks));
@@ -351,7 +413,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   cudaFree(const_cast<int32_t*>(dp.swa_indices.data));
   cudaFree(const_cast<int32_t*>(dp.swa_indices.lens));
   if (s.extra_width > 0) {
-    cudaFree(const_cast<void*>(dp.extra_cache.data));
+    if (s.pool == 0) cudaFree(const_cast<void*>(dp.extra_cache.data));
     cudaFree(const_cast<int32_t*>(dp.extra_indices.data));
     cudaFree(const_cast<int32_t*>(dp.extra_indices.lens));
   }
@@ -367,7 +429,8 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
 
 int main(int argc, char** argv) {
   const char* json = nullptr;
-  const char* only = nullptr;
+  const char* only = nullptr;    // one shape by name
+  const char* filter = nullptr;  // the shapes whose name contains it
   int runs = 30;
   bool allow_split = true;
   for (int i = 1; i < argc; ++i) {
@@ -377,12 +440,14 @@ int main(int argc, char** argv) {
       runs = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) {
+      filter = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-split")) {
       allow_split = false;
     } else {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
-                   "[--no-split]\n");
+                   "[--filter SUBSTRING] [--no-split]\n");
       return 2;
     }
   }
@@ -397,29 +462,32 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMalloc(&flush, flush_bytes));
   std::printf("device: %s, %d SMs; %d runs per shape; split %s\n", prop.name,
               prop.multiProcessorCount, runs, allow_split ? "on" : "off");
-  std::printf("%-18s %7s %8s %8s %8s %9s %9s %8s %9s %s\n", "shape", "tokens", "median", "min",
-              "warm", "floor", "FlashMLA", "host", "max_err", "check");
+  std::printf("%-23s %7s %8s %8s %8s %9s %9s %7s %8s %9s %s\n", "shape", "tokens", "median", "min",
+              "warm", "floor", "FlashMLA", "TFLOP/s", "host", "max_err", "check");
   FILE* jf = json ? std::fopen(json, "w") : nullptr;
   if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
   bool all_ok = true, first = true;
   for (const Scenario& s : kScenarios) {
     if (only && std::strcmp(only, s.name) != 0) continue;
+    if (filter && std::strstr(s.name, filter) == nullptr) continue;
     const Result r = run(s, runs, allow_split, flush, flush_bytes);
     all_ok = all_ok && r.ok;
-    std::printf("%-18s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %8.1f %9.2g %s\n", s.name, s.tokens,
-                r.median_us, r.min_us, r.warm_us, r.floor_us, s.flashmla_us, r.host_us, r.max_err,
-                r.ok ? "ok" : "FAIL");
+    const double tflops = r.flops / (r.median_us * 1e-6) / 1e12;
+    std::printf("%-23s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %9.2g %s\n", s.name, s.tokens,
+                r.median_us, r.min_us, r.warm_us, r.floor_us, s.flashmla_us, tflops, r.host_us,
+                r.max_err, r.ok ? "ok" : "FAIL");
     std::fflush(stdout);
     if (jf) {
       std::fprintf(
           jf,
-          "%s  {\"shape\": \"%s\", \"tokens\": %d, \"heads\": %d, \"swa_width\": %d, "
-          "\"extra_width\": %d, \"median_us\": %.2f, \"min_us\": %.2f, \"warm_us\": %.2f, "
+          "%s  {\"shape\": \"%s\", \"cache\": \"%s\", \"tokens\": %d, \"heads\": %d, "
+          "\"swa_width\": %d, \"extra_width\": %d, \"tflops\": %.1f, \"median_us\": %.2f, "
+          "\"min_us\": %.2f, \"warm_us\": %.2f, "
           "\"floor_us\": %.2f, \"flashmla_ref_us\": %.1f, \"host_us\": %.2f, \"max_err\": %.3g, "
           "\"checked_tokens\": %d, \"ok\": %s}",
-          first ? "" : ",\n", s.name, s.tokens, s.heads, s.swa_width, s.extra_width, r.median_us,
-          r.min_us, r.warm_us, r.floor_us, s.flashmla_us, r.host_us, r.max_err, r.checked_tokens,
-          r.ok ? "true" : "false");
+          first ? "" : ",\n", s.name, cache_dtype_name(s.dtype), s.tokens, s.heads, s.swa_width,
+          s.extra_width, tflops, r.median_us, r.min_us, r.warm_us, r.floor_us, s.flashmla_us,
+          r.host_us, r.max_err, r.checked_tokens, r.ok ? "true" : "false");
       first = false;
     }
   }

@@ -84,10 +84,11 @@ if has ncusrc; then
 fi
 if has sanitize; then
   # The tensor-core kernel's paths (split and merge, masking, lens, graph replay, small heads,
-  # page size 2) under each tool; racecheck on the smaller cases (it runs far slower).
+  # page size 2, both cache kinds) under each tool; racecheck on the smaller cases (it runs far slower).
   for tool in memcheck initcheck racecheck; do
-    filter='SplitShapes/*:AttentionCuda.*'
-    [[ $tool == racecheck ]] && filter='SplitShapes/*H8*:SplitShapes/*H3*:AttentionCuda.Device*'
+    filter='SplitShapes/*:SplitBf16Shapes/*:AttentionCuda.*'
+    [[ $tool == racecheck ]] &&
+      filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/sparse_swa_tests" --gtest_filter="$filter" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"

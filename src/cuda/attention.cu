@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA sparse attention: the entry point and the general kernel. On sm_90a devices, calls whose
-// segments are all fp8_ds_mla caches go to the tensor-core kernel (attention_ds_mla.cu); the rest
-// (bf16 and fp8_e4m3 caches, mixes, every cache on other devices) run here (overview in
+// segments are all fp8_ds_mla or all bf16 caches go to the tensor-core kernel
+// (attention_ds_mla.cu); the rest (fp8_e4m3 caches, mixes of dtypes, every cache on other devices)
+// run here (overview in
 // docs/design.md#attention-kernels): one CTA per (query token, group of up to 16 heads), keys of
 // both segments walked as one list (SWA entries first), 32 at a time: resolved to cache addresses
 // (masked when -1, past the length or out of range), decoded to fp32 in shared memory, scored

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Sparse MLA attention on the tensor cores for fp8_ds_mla caches, sm_90a only (the semantics are
-// include/sparse_swa/attention.h's, the CPU reference src/cpu/attention_reference.cc; overview in
-// docs/design.md#attention-kernels).
+// Sparse MLA attention on the tensor cores for fp8_ds_mla or bf16 caches, sm_90a only (the
+// semantics are include/sparse_swa/attention.h's, the CPU reference
+// src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
 // roles (warp specialisation, 512 threads) that hand tiles on through mbarriers:
-//   producer (warpgroup 0)  cp.async gathers each valid key's 576 data and 8 scale bytes into a
-//       raw stage (four stages, three tiles ahead), then decodes the tile into bf16 rows
-//       (e4m3 * 2^(s - 127) is exact in bf16; masked keys -- -1, past the length, out of range --
-//       become zero rows) in one of two K stages, stored in the 128-byte swizzle layout that
-//       wgmma and ldmatrix read;
+//   producer (warpgroup 0)  fp8_ds_mla: cp.async gathers each valid key's 576 data and 8 scale
+//       bytes into a raw stage (four stages, three tiles ahead), then decodes the tile into bf16
+//       rows (e4m3 * 2^(s - 127) is exact in bf16; masked keys -- -1, past the length, out of
+//       range -- become zero rows) in one of two K stages, stored in the 128-byte swizzle layout
+//       that wgmma and ldmatrix read. bf16: cp.async copies the rows straight into one of four
+//       K stages (three tiles ahead), masked keys as zero rows;
 //   QK + softmax (warpgroup 1)  S = Q K^T, fp32 accumulators: one wgmma m64n32k16 chain for the
 //       64-row head group, or (groups of <= 32 heads) m16n8k16 MMAs per 16 heads; then the
 //       online softmax in base 2 (masked keys -inf), P written as bf16 hi + lo parts with the
@@ -61,9 +62,6 @@ constexpr int kStageConfig[3] = {SPARSE_SWA_ATTENTION_STAGES / 100,
 #else
 constexpr int kStageConfig[3] = {2, 4, 2};
 #endif
-constexpr int kKStages = kStageConfig[0];    // decoded K tiles in shared memory
-constexpr int kRawStages = kStageConfig[1];  // gathered tiles in flight, kRawStages - 1 ahead
-constexpr int kPBufs = kStageConfig[2];      // P tiles between QK and PV
 // Registers per thread of each role (setmaxnreg); 128 x (producer + QK + 2 PV) = the 64 K
 // registers of the SM. SPARSE_SWA_ATTENTION_PRODUCER_REGS (development builds) moves registers
 // from the PV warpgroups to the producer.
@@ -75,6 +73,7 @@ constexpr int kProducerRegs = 64;
 constexpr int kQkRegs = 80;
 constexpr int kPvRegs = (512 - kProducerRegs - kQkRegs) / 2 / 8 * 8;
 static_assert(kProducerRegs % 8 == 0 && kProducerRegs + kQkRegs + 2 * kPvRegs <= 512);
+constexpr int kBf16TokenBytes = kHeadDim * 2;
 constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
 constexpr int kNopeChunks = kNopeDim / 16;
 constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
@@ -90,18 +89,29 @@ constexpr int kKBytes = kKeys * kHeadDim * 2;        // [32, 512] bf16, swizzled
 constexpr int kPBytes = kGroupHeads * 128;
 constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kQBytes;
-constexpr int kPOff = kKOff + kKStages * kKBytes;
-constexpr int kRawOff = kPOff + kPBufs * kPBytes;
-constexpr int kCorrOff = kRawOff + kRawStages * kRawStage;                // [2][64] fp32
-constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;               // [64] (max, sum)
-constexpr int kValidKOff = kMlOff + kGroupHeads * 8;                      // [3] uint32 masks
-constexpr int kValidRawOff = kValidKOff + kKStages * 4;                   // [4][32] bytes
-constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers, below
-constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
-constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
-static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
-static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
-              "swizzled tiles need 1024-byte bases");
+
+// The pipeline of one cache kind. fp8_ds_mla: kRawStages gathered tiles in flight (kRawStages - 1
+// ahead), decoded into kKStages bf16 K stages. bf16: rows are copied straight into the K stages
+// (no decode), so the raw stages' room holds two more K stages. kPBufs P tiles between QK and PV.
+template <bool kBf16Cache>
+struct Layout {
+  static constexpr bool kBf16 = kBf16Cache;
+  static constexpr int kKStages = kBf16 ? 4 : kStageConfig[0];
+  static constexpr int kRawStages = kBf16 ? 0 : kStageConfig[1];
+  static constexpr int kPBufs = kStageConfig[2];
+  static constexpr int kPOff = kKOff + kKStages * kKBytes;
+  static constexpr int kRawOff = kPOff + kPBufs * kPBytes;
+  static constexpr int kCorrOff = kRawOff + kRawStages * kRawStage;   // [kPBufs][64] fp32
+  static constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;  // [64] (max, sum)
+  static constexpr int kValidKOff = kMlOff + kGroupHeads * 8;         // [kKStages] uint32 masks
+  static constexpr int kValidRawOff = kValidKOff + kKStages * 4;      // [kRawStages][32] bytes
+  static constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers
+  static constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
+  static constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
+  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
+                "swizzled tiles need 1024-byte bases");
+};
 
 // Byte offset of bf16 element (row, col) in a swizzled [rows, 512] tile: 8 column blocks of
 // [rows, 64 values = 128 bytes]; the 16-byte chunk index is XOR-ed with row % 8.
@@ -203,6 +213,7 @@ struct RoleClock {
   }
 };
 
+template <class L>
 struct Cta {
   int64_t t;  // query token
   int h0;     // first head of the group
@@ -214,11 +225,11 @@ struct Cta {
   int32_t n;       // tiles of this split
   uint8_t* base;   // 1024-aligned shared memory
   uint32_t sbase;  // its shared-window address
-  __device__ uint32_t bar(int i) const { return sbase + kBarOff + 8 * i; }
+  __device__ uint32_t bar(int i) const { return sbase + L::kBarOff + 8 * i; }
   __device__ uint32_t k_full(int s) const { return bar(s); }
-  __device__ uint32_t k_empty(int s) const { return bar(kKStages + s); }
-  __device__ uint32_t p_full(int b) const { return bar(2 * kKStages + b); }
-  __device__ uint32_t p_empty(int b) const { return bar(2 * kKStages + kPBufs + b); }
+  __device__ uint32_t k_empty(int s) const { return bar(L::kKStages + s); }
+  __device__ uint32_t p_full(int b) const { return bar(2 * L::kKStages + b); }
+  __device__ uint32_t p_empty(int b) const { return bar(2 * L::kKStages + L::kPBufs + b); }
 };
 
 // ---- producer: gather and decode ----
@@ -226,7 +237,8 @@ struct Cta {
 // The index entry of key `key` (= tid / 4) of tile i, or -1 past the tile list or the token's
 // total (masked). Loaded one tile before resolve_key needs it, so that its latency hides behind a
 // decode instead of stalling the producer.
-__device__ __forceinline__ int32_t load_index(const Args& a, const Cta& c, int i, int tid) {
+template <class L>
+__device__ __forceinline__ int32_t load_index(const Args& a, const Cta<L>& c, int i, int tid) {
   const int64_t j = int64_t{c.tile0 + i} * kKeys + (tid >> 2);
   if (i >= c.n || j >= c.total) return -1;
   const bool swa = j < c.len0;
@@ -234,14 +246,15 @@ __device__ __forceinline__ int32_t load_index(const Args& a, const Cta& c, int i
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
 }
 
-// Where the key with index entry idx of tile i lives: its data and scale bytes, or nothing
-// (masked). Entries < -1 or >= num_slots are counted (once: head group 0, the thread of part 0).
-// 128 threads, 4 per key.
+// Where the key with index entry idx of tile i lives: its data (and fp8_ds_mla scale) bytes, or
+// nothing (masked). Entries < -1 or >= num_slots are counted (once: head group 0, the thread of
+// part 0). 128 threads, 4 per key.
 struct KeySource {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
 };
-__device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, int i, int tid,
+template <class L>
+__device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta<L>& c, int i, int tid,
                                                  int32_t idx) {
   KeySource k;
   if (idx == -1) return k;
@@ -252,21 +265,26 @@ __device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta& c, in
         static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
     const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
     const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
-    k.data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
-    k.scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
-               static_cast<int64_t>(offset) * kDsMlaScaleBytes;
+    if constexpr (L::kBf16) {
+      k.data = page + static_cast<int64_t>(offset) * kBf16TokenBytes;
+    } else {
+      k.data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
+      k.scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
+                 static_cast<int64_t>(offset) * kDsMlaScaleBytes;
+    }
   } else if ((tid & 3) == 0 && c.h0 == 0 && a.bad_count != nullptr) {
     atomicAdd(a.bad_count, 1);
   }
   return k;
 }
 
-// Starts the copies of tile i's keys into raw stage i % kRawStages and records which keys are
+// Starts the copies of tile i's keys into raw stage i % L::kRawStages and records which keys are
 // valid.
-__device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const KeySource& k) {
+template <class L>
+__device__ __forceinline__ void gather_tile(const Cta<L>& c, int i, int tid, const KeySource& k) {
   const int key = tid >> 2;
   const int part = tid & 3;
-  uint8_t* raw = c.base + kRawOff + (i % kRawStages) * kRawStage;
+  uint8_t* raw = c.base + L::kRawOff + (i % L::kRawStages) * kRawStage;
   if (k.data != nullptr) {
     const uint32_t dst = ptx::smem_addr(raw + key * kDsMlaTokenBytes);
 #pragma unroll
@@ -275,7 +293,7 @@ __device__ __forceinline__ void gather_tile(const Cta& c, int i, int tid, const 
       ptx::cp_async_8(ptx::smem_addr(raw + kRawScales + key * kDsMlaScaleBytes), k.scales);
     }
   }
-  if (part == 0) c.base[kValidRawOff + (i % kRawStages) * kKeys + key] = k.data != nullptr;
+  if (part == 0) c.base[L::kValidRawOff + (i % L::kRawStages) * kKeys + key] = k.data != nullptr;
 }
 
 // Two e4m3 codes (low byte first) times scale = 2^(s - 127) as a bf16 pair; exact (NaN stays
@@ -351,16 +369,18 @@ __device__ __forceinline__ bool has_huge_scale(uint2 sc) {
   return ((((x - 0x01010101u) & ~x) | ((y - 0x01010101u) & ~y)) & 0x80808080u) != 0;
 }
 
-// Raw stage i % kRawStages -> K stage, swizzled bf16; invalid keys become zero rows. 128 threads, 4
-// per key: part p decodes NoPE chunks p, p + 4, ... (scale byte r for its r-th chunk) and RoPE
-// chunks 28 + p, 32 + p. No divergence inside a warp but masked keys, every loop unrolled.
-__device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int tid, int ablate) {
+// Raw stage i % L::kRawStages -> K stage, swizzled bf16; invalid keys become zero rows. 128
+// threads, 4 per key: part p decodes NoPE chunks p, p + 4, ... (scale byte r for its r-th chunk)
+// and RoPE chunks 28 + p, 32 + p. No divergence inside a warp but masked keys, every loop unrolled.
+template <class L>
+__device__ __forceinline__ void decode_tile(const Cta<L>& c, int i, int stage, int tid,
+                                            int ablate) {
   const int key = tid >> 2;
   const int part = tid & 3;
-  const uint8_t* raw = c.base + kRawOff + (i % kRawStages) * kRawStage;
+  const uint8_t* raw = c.base + L::kRawOff + (i % L::kRawStages) * kRawStage;
   const uint8_t* src = raw + key * kDsMlaTokenBytes;
   uint8_t* k = c.base + kKOff + stage * kKBytes;
-  const bool ok = c.base[kValidRawOff + (i % kRawStages) * kKeys + key] != 0;
+  const bool ok = c.base[L::kValidRawOff + (i % L::kRawStages) * kKeys + key] != 0;
   if (ok) {
     const uint2 sc = *reinterpret_cast<const uint2*>(raw + kRawScales + key * kDsMlaScaleBytes);
     if (!has_huge_scale(sc)) {
@@ -388,40 +408,107 @@ __device__ __forceinline__ void decode_tile(const Cta& c, int i, int stage, int 
     }
   }
   if (tid < 32) {  // warp 0: the stage's valid-key mask, bit k for key k
-    const uint32_t mask =
-        __ballot_sync(0xffffffffu, c.base[kValidRawOff + (i % kRawStages) * kKeys + tid] != 0);
-    if (tid == 0) *reinterpret_cast<uint32_t*>(c.base + kValidKOff + stage * 4) = mask;
+    const uint32_t mask = __ballot_sync(
+        0xffffffffu, c.base[L::kValidRawOff + (i % L::kRawStages) * kKeys + tid] != 0);
+    if (tid == 0) *reinterpret_cast<uint32_t*>(c.base + L::kValidKOff + stage * 4) = mask;
   }
 }
 
-__device__ void producer(const Args& a, const Cta& c, int tid) {
+template <class L>
+__device__ void decode_producer(const Args& a, const Cta<L>& c, int tid) {
   RoleClock clk(a, 0);  // slots: landed wait, stage wait, decode, gather
-  int32_t idx[kRawStages];
+  int32_t idx[L::kRawStages];
 #pragma unroll
-  for (int i = 0; i < kRawStages; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
+  for (int i = 0; i < L::kRawStages; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
 #pragma unroll
-  for (int i = 0; i + 1 < kRawStages; ++i) {
+  for (int i = 0; i + 1 < L::kRawStages; ++i) {
     gather_tile(c, i, tid, resolve_key(a, c, i, tid, idx[i]));
     ptx::cp_async_commit();
   }
-  int32_t next = idx[kRawStages - 1];  // the index entry of tile i + kRawStages - 1
+  int32_t next = idx[L::kRawStages - 1];  // the index entry of tile i + L::kRawStages - 1
   for (int i = 0; i < c.n; ++i) {
-    const int stage = i % kKStages;
-    const int ahead = i + kRawStages - 1;
+    const int stage = i % L::kKStages;
+    const int ahead = i + L::kRawStages - 1;
     // The next iteration's entry is in flight while tile i is decoded.
     const int32_t after = (a.ablate & kAblateGather) ? -1 : load_index(a, c, ahead + 1, tid);
-    ptx::cp_async_wait<kRawStages - 2>();
+    ptx::cp_async_wait<L::kRawStages - 2>();
     ptx::named_barrier(1, 128);  // every producer thread's copies of tile i have landed
     clk.lap(0);
-    if (i >= kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / kKStages) - 1) & 1);
+    if (i >= L::kKStages) ptx::mbar_wait(c.k_empty(stage), ((i / L::kKStages) - 1) & 1);
     clk.lap(1);
     if (!(a.ablate & kAblateDecode)) decode_tile(c, i, stage, tid, a.ablate);
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(c.k_full(stage));
     clk.lap(2);
-    ptx::named_barrier(1, 128);  // raw stage i % kRawStages is free again
+    ptx::named_barrier(1, 128);  // raw stage i % L::kRawStages is free again
     if (ahead < c.n && !(a.ablate & kAblateGather)) {
       gather_tile(c, ahead, tid, resolve_key(a, c, ahead, tid, next));
+    }
+    ptx::cp_async_commit();
+    next = after;
+    clk.lap(3);
+  }
+  ptx::cp_async_wait<0>();
+  clk.store(c.n);
+}
+
+// bf16 caches: tile i's rows go straight into K stage i % kKStages by cp.async (the 1024 bytes of
+// a key as 64 chunks, 16 per thread), masked keys as zero rows; each warp records the valid bits
+// of its 8 keys in the stage's mask. Tiles are published in order; a stage is refilled with the
+// tile kKStages - 1 ahead once the tile before the published one has left it.
+template <class L>
+__device__ __forceinline__ void copy_tile(const Cta<L>& c, int i, int tid, const KeySource& k) {
+  const int key = tid >> 2;
+  const int part = tid & 3;
+  const int stage = i % L::kKStages;
+  uint8_t* dst = c.base + kKOff + stage * kKBytes;
+  if (k.data != nullptr) {
+#pragma unroll
+    for (int ch = part; ch < kHeadDim / 8; ch += 4) {
+      ptx::cp_async_16(ptx::smem_addr(dst + sw128(key, ch * 8, kKeys)), k.data + ch * 16);
+    }
+  } else {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int ch = part; ch < kHeadDim / 8; ch += 4) {
+      *reinterpret_cast<uint4*>(dst + sw128(key, ch * 8, kKeys)) = zero;
+    }
+  }
+  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
+  const uint32_t lanes = __ballot_sync(0xffffffffu, part == 0 && k.data != nullptr);
+  if ((tid & 31) == 0) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
+    c.base[L::kValidKOff + stage * 4 + (tid >> 5)] = static_cast<uint8_t>(bits);
+  }
+}
+
+template <class L>
+__device__ void copy_producer(const Args& a, const Cta<L>& c, int tid) {
+  RoleClock clk(a, 0);  // slots: landed wait, stage wait, -, copy
+  constexpr int kAhead = L::kKStages - 1;
+  int32_t idx[kAhead];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    if (i < c.n) copy_tile(c, i, tid, resolve_key(a, c, i, tid, idx[i]));
+    ptx::cp_async_commit();
+  }
+  int32_t next = load_index(a, c, kAhead, tid);  // the entry of tile i + kAhead
+  for (int i = 0; i < c.n; ++i) {
+    const int ahead = i + kAhead;
+    const int32_t after = load_index(a, c, ahead + 1, tid);
+    ptx::cp_async_wait<kAhead - 1>();  // this thread's copies of tile i have landed
+    clk.lap(0);
+    ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
+    ptx::mbar_arrive(c.k_full(i % L::kKStages));
+    if (ahead < c.n) {
+      // Stage ahead % kKStages last held tile i - 1.
+      if (i >= 1) ptx::mbar_wait(c.k_empty((i - 1) % L::kKStages), ((i - 1) / L::kKStages) & 1);
+      clk.lap(1);
+      copy_tile(c, ahead, tid, resolve_key(a, c, ahead, tid, next));
     }
     ptx::cp_async_commit();
     next = after;
@@ -449,7 +536,8 @@ __device__ __forceinline__ float fast_exp2(float x) {  // 2^x, -inf -> 0
 
 // Starts S = Q K^T of K stage `stage` for all 64 rows (wgmma, asynchronous: one commit group);
 // d gets the m16n8 accumulator layout (n-tile j in d[4j..4j+3]) of warp q's 16 rows.
-__device__ __forceinline__ void qk_issue_wgmma(const Cta& c, int stage, float (&d)[16]) {
+template <class L>
+__device__ __forceinline__ void qk_issue_wgmma(const Cta<L>& c, int stage, float (&d)[16]) {
   const uint32_t q_base = c.sbase + kQOff;
   const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
   ptx::wgmma_fence();
@@ -464,7 +552,9 @@ __device__ __forceinline__ void qk_issue_wgmma(const Cta& c, int stage, float (&
 }
 
 // S [16 heads, 32 keys] of warp q with m16n8k16 MMAs, synchronously.
-__device__ __forceinline__ void qk_mma(const Cta& c, int stage, int q, int lane, float (&d)[16]) {
+template <class L>
+__device__ __forceinline__ void qk_mma(const Cta<L>& c, int stage, int q, int lane,
+                                       float (&d)[16]) {
   const uint32_t q_base = c.sbase + kQOff;
   const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
 #pragma unroll
@@ -493,19 +583,20 @@ struct SoftmaxState {
   float m[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum
 };
-__device__ __forceinline__ void softmax_tile(const Args& a, const Cta& c, int i, bool active, int q,
-                                             int lane, const float (&d)[16], SoftmaxState& st,
-                                             RoleClock& clk) {
-  const int stage = i % kKStages;
-  const int b = i % kPBufs;
+template <class L>
+__device__ __forceinline__ void softmax_tile(const Args& a, const Cta<L>& c, int i, bool active,
+                                             int q, int lane, const float (&d)[16],
+                                             SoftmaxState& st, RoleClock& clk) {
+  const int stage = i % L::kKStages;
+  const int b = i % L::kPBufs;
   const int row = 16 * q + (lane >> 2);
-  const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + kValidKOff + stage * 4);
+  const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + L::kValidKOff + stage * 4);
   ptx::mbar_arrive(c.k_empty(stage));
   clk.lap(2);
-  if (i >= kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / kPBufs) - 1) & 1);
+  if (i >= L::kPBufs) ptx::mbar_wait(c.p_empty(b), ((i / L::kPBufs) - 1) & 1);
   clk.lap(3);
-  uint8_t* pt = c.base + kPOff + b * kPBytes;
-  float* corr_s = reinterpret_cast<float*>(c.base + kCorrOff) + b * kGroupHeads;
+  uint8_t* pt = c.base + L::kPOff + b * kPBytes;
+  float* corr_s = reinterpret_cast<float*>(c.base + L::kCorrOff) + b * kGroupHeads;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row + 8 * half;
@@ -556,8 +647,8 @@ __device__ __forceinline__ void softmax_tile(const Args& a, const Cta& c, int i,
 
 // ---- QK + softmax: warp q of warpgroup 1 owns head rows 16q..16q+15 ----
 
-template <bool kWgmma>
-__device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
+template <bool kWgmma, class L>
+__device__ void qk_softmax(const Args& a, const Cta<L>& c, int q, int lane) {
   // With m16n8k16 MMAs, 16-head tiles past the group's heads are skipped (their P rows are
   // written as zeros); wgmma always computes all 64 rows.
   const bool active = kWgmma || 16 * q < c.heads;
@@ -565,16 +656,16 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
   SoftmaxState st;
   RoleClock clk(a, 1);  // slots: K wait, QK MMAs, softmax, P-buffer wait, P stores
   for (int i = 0; i < c.n; ++i) {
-    ptx::mbar_wait(c.k_full(i % kKStages), (i / kKStages) & 1);
+    ptx::mbar_wait(c.k_full(i % L::kKStages), (i / L::kKStages) & 1);
     clk.lap(0);
     float d[16];
     if constexpr (kWgmma) {
       // (Issuing tile i + 1's wgmma before tile i's softmax measured slower: ptxas serialises
       // the two accumulators; bench/README.md#attention.)
-      qk_issue_wgmma(c, i % kKStages, d);
+      qk_issue_wgmma(c, i % L::kKStages, d);
       ptx::wgmma_wait<0>();
     } else if (active && !skip) {
-      qk_mma(c, i % kKStages, q, lane, d);
+      qk_mma(c, i % L::kKStages, q, lane, d);
     } else {
 #pragma unroll
       for (int k = 0; k < 16; ++k) d[k] = 0.0f;
@@ -583,7 +674,7 @@ __device__ void qk_softmax(const Args& a, const Cta& c, int q, int lane) {
     softmax_tile(a, c, i, active, q, lane, d, st, clk);
   }
   clk.store(c.n);
-  float2* ml = reinterpret_cast<float2*>(c.base + kMlOff);
+  float2* ml = reinterpret_cast<float2*>(c.base + L::kMlOff);
   const int row = 16 * q + (lane >> 2);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -604,8 +695,9 @@ struct RowOut {
   float factor = 0.0f;
 };
 // Row r of the group; `writer` also stores its lse / (max, sum).
-__device__ __forceinline__ RowOut row_out(const Args& a, const Cta& c, int r, bool writer) {
-  const float2 st = reinterpret_cast<const float2*>(c.base + kMlOff)[r];
+template <class L>
+__device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r, bool writer) {
+  const float2 st = reinterpret_cast<const float2*>(c.base + L::kMlOff)[r];
   const float m = st.x, l = st.y;
   const int head = c.h0 + r;
   const int64_t row = c.t * a.num_heads + head;
@@ -637,7 +729,8 @@ __device__ __forceinline__ void put2(const RowOut& o, int d, float x, float y) {
 
 // m16n8k16 variant: warp v of warpgroups 2-3 owns heads 32 * (v % 2) + [0, 32) and dims
 // 128 * (v / 2) + [0, 128); P and V through ldmatrix.
-__device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
+template <class L>
+__device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
   const int row0 = 32 * (v & 1);
   const int d0 = 128 * (v >> 1);
   // m-tiles past the group's heads: skipped (warp-uniform).
@@ -653,12 +746,12 @@ __device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
     }
   }
   for (int i = 0; i < c.n; ++i) {
-    const int stage = i % kKStages;
-    const int b = i % kPBufs;
-    ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
-    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
-    const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
-    const uint32_t pt = c.sbase + kPOff + b * kPBytes;
+    const int stage = i % L::kKStages;
+    const int b = i % L::kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / L::kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / L::kKStages) & 1);
+    const float* corr_s = reinterpret_cast<const float*>(c.base + L::kCorrOff) + b * kGroupHeads;
+    const uint32_t pt = c.sbase + L::kPOff + b * kPBytes;
     const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -723,7 +816,8 @@ __device__ void pv_mma(const Args& a, const Cta& c, int v, int lane) {
 // wgmma variant: warpgroup g (0, 1) owns dims 256 g + [0, 256) of all 64 rows, as two halves of
 // 128; per tile and half four m64n128k16 steps: P's hi columns against V, then its lo columns
 // against V again.
-__device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
+template <class L>
+__device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane) {
   const int d0 = 256 * g;
   const int row = 16 * w + (lane >> 2);  // and row + 8
   const bool skip = (a.ablate & kAblatePv) != 0;
@@ -733,12 +827,12 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
 #pragma unroll
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
   for (int i = 0; i < c.n; ++i) {
-    const int stage = i % kKStages;
-    const int b = i % kPBufs;
-    ptx::mbar_wait(c.p_full(b), (i / kPBufs) & 1);
-    ptx::mbar_wait(c.k_full(stage), (i / kKStages) & 1);
+    const int stage = i % L::kKStages;
+    const int b = i % L::kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / L::kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / L::kKStages) & 1);
     clk.lap(0);
-    const float* corr_s = reinterpret_cast<const float*>(c.base + kCorrOff) + b * kGroupHeads;
+    const float* corr_s = reinterpret_cast<const float*>(c.base + L::kCorrOff) + b * kGroupHeads;
     const float c0 = corr_s[row], c1 = corr_s[row + 8];
     if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
@@ -754,7 +848,7 @@ __device__ void pv_wgmma(const Args& a, const Cta& c, int g, int w, int lane) {
     }
     clk.lap(1);
     if (!skip) {
-      const uint32_t pt = c.sbase + kPOff + b * kPBytes;
+      const uint32_t pt = c.sbase + L::kPOff + b * kPBytes;
       const uint32_t vt = c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128);
       ptx::wgmma_fence();
 #pragma unroll
@@ -797,12 +891,13 @@ __device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int
   return min(max(lens[t], 0), width);
 }
 
-template <bool kWgmma, bool kWgmmaPv>
+template <bool kWgmma, bool kWgmmaPv, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 1)
     ds_mla_attention_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout<kBf16>;
   extern __shared__ uint8_t smem_raw[];
-  Cta c;
+  Cta<L> c;
   {
     const uint32_t raw_addr = ptx::smem_addr(smem_raw);
     const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
@@ -845,11 +940,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   ptx::fence_proxy_async();
   if (tid == 0) {
-    for (int s = 0; s < kKStages; ++s) {
+    for (int s = 0; s < L::kKStages; ++s) {
       ptx::mbar_init(c.k_full(s), 128);
       ptx::mbar_init(c.k_empty(s), 384);
     }
-    for (int b = 0; b < kPBufs; ++b) {
+    for (int b = 0; b < L::kPBufs; ++b) {
       ptx::mbar_init(c.p_full(b), 128);
       ptx::mbar_init(c.p_empty(b), 256);
     }
@@ -859,7 +954,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = tid >> 7;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    producer(a, c, tid);
+    if constexpr (kBf16) {
+      copy_producer(a, c, tid);
+    } else {
+      decode_producer(a, c, tid);
+    }
   } else if (wg == 1) {
     ptx::setmaxnreg_dec<kQkRegs>();
     qk_softmax<kWgmma>(a, c, (tid >> 5) & 3, tid & 31);
@@ -1000,23 +1099,31 @@ void print_profile(const unsigned long long* device_profile, int64_t ctas) {
   }
 }
 
-template <bool kWgmma, bool kWgmmaPv>
+template <bool kWgmma, bool kWgmmaPv, bool kBf16>
 Status launch_kernel(const Args& a, cudaStream_t stream) {
+  using L = Layout<kBf16>;
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
-    attr_err =
-        cudaFuncSetAttribute(ds_mla_attention_kernel<kWgmma, kWgmmaPv>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    attr_err = cudaFuncSetAttribute(ds_mla_attention_kernel<kWgmma, kWgmmaPv, kBf16>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(L::kSmem));
   });
   if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", kSmem,
+    return internal_error("sparse_attention: cannot reserve ", L::kSmem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
   const int64_t blocks = a.num_tokens * a.groups * a.splits;
-  ds_mla_attention_kernel<kWgmma, kWgmmaPv>
-      <<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(a);
+  ds_mla_attention_kernel<kWgmma, kWgmmaPv, kBf16>
+      <<<static_cast<unsigned>(blocks), kThreads, L::kSmem, stream>>>(a);
   return Status::Ok();
+}
+
+template <bool kBf16>
+Status launch_variant(bool qk, bool pv, const Args& a, cudaStream_t stream) {
+  return qk ? (pv ? launch_kernel<true, true, kBf16>(a, stream)
+                  : launch_kernel<true, false, kBf16>(a, stream))
+            : launch_kernel<false, false, kBf16>(a, stream);
 }
 
 }  // namespace
@@ -1025,7 +1132,7 @@ Status launch_kernel(const Args& a, cudaStream_t stream) {
 static bool kernel_loaded_for_device() {
   static const bool loaded = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, ds_mla_attention_kernel<true, true>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, ds_mla_attention_kernel<true, true, false>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
@@ -1035,9 +1142,10 @@ static bool kernel_loaded_for_device() {
 }
 
 bool ds_mla_attention_applies(const SparseAttentionParams& p) {
-  if (p.swa_cache.dtype != CacheDtype::kFp8DsMla) return false;
-  if (!kernel_loaded_for_device()) return false;
-  return p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla;
+  const CacheDtype d = p.swa_cache.dtype;
+  if (d != CacheDtype::kFp8DsMla && d != CacheDtype::kBf16) return false;
+  if (p.extra_indices.rows != 0 && p.extra_cache.dtype != d) return false;
+  return kernel_loaded_for_device();
 }
 
 // Split-KV pays a partial (O, max, sum) per slice and a merge: a key list shorter than
@@ -1121,12 +1229,12 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
     cudaMemset(timeline, 0, bytes);
     a.timeline = timeline;
   }
-  // Three variants: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas cannot fit
-  // m16n8k16 QK beside wgmma PV in the register budget).
+  // Three variants per cache kind: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas
+  // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(p.num_heads), pv = qk && use_wgmma_pv();
-  const Status launched =
-      qk ? (pv ? launch_kernel<true, true>(a, stream) : launch_kernel<true, false>(a, stream))
-         : launch_kernel<false, false>(a, stream);
+  const Status launched = p.swa_cache.dtype == CacheDtype::kBf16
+                              ? launch_variant<true>(qk, pv, a, stream)
+                              : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
   if (record) print_profile(timeline, blocks);
   if (plan.splits > 1) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tensor-core sparse attention over fp8_ds_mla caches (src/cuda/attention_ds_mla.cu): its
-// plan and launcher. Plain C++ apart from the stream type.
+// The tensor-core sparse attention over fp8_ds_mla or bf16 caches (src/cuda/attention_ds_mla.cu):
+// its plan and launcher. Plain C++ apart from the stream type.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +20,8 @@ struct DsMlaPlan {
   int64_t workspace_bytes = 0;
 };
 
-// True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache, and the
+// True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache, or every
+// segment a bf16 cache, and the
 // device runs its sm_90a machine code (elsewhere the general kernel of attention.cu runs).
 bool ds_mla_attention_applies(const SparseAttentionParams& p);
 

@@ -314,6 +314,30 @@ INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                                            Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true}),
                          shape_name);
 
+// Prefill-like batches (many query tokens, each with its own keys) on both cache dtypes the
+// tensor-core kernel reads: bf16 rows copied straight into its K stages, fp8_ds_mla decoded;
+// heads 1..128 (not multiples of 16 too), widths 1 to 2048, page sizes 2, 64 and 256.
+INSTANTIATE_TEST_SUITE_P(PrefillShapes, AttentionCudaVsCpu,
+                         ::testing::Values(Shape{1, 1, 0, 2, 0, 40, kBf, kBf, false},
+                                           Shape{8, 63, 640, 64, 2, 64, kBf, kBf, true},
+                                           Shape{16, 640, 0, 256, 0, 48, kBf, kBf, false},
+                                           Shape{64, 128, 512, 64, 64, 96, kBf, kBf, true},
+                                           Shape{100, 1152, 0, 2, 0, 20, kBf, kBf, false},
+                                           Shape{128, 128, 1024, 64, 256, 24, kBf, kBf, true},
+                                           Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false},
+                                           Shape{128, 128, 1024, 64, 64, 24, kDs, kDs, false},
+                                           Shape{8, 640, 1152, 2, 64, 40, kDs, kDs, true},
+                                           Shape{100, 63, 1, 256, 2, 64, kDs, kDs, false}),
+                         shape_name);
+
+// bf16 caches with a workspace: split and merged like fp8_ds_mla.
+INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
+                         ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
+                                           Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
+                                           Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
+                                           Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true}),
+                         shape_name);
+
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {
   SmallProblem(int32_t heads, int32_t tokens, int32_t width)
