@@ -15,7 +15,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
   # The default variant choice, then each QK / PV variant forced on every shape.
-  for v in ${VARIANTS:-auto qk=mma qk=wgmma pv=mma}; do
+  for v in ${VARIANTS:-auto qk=mma pv=mma}; do
     env SPARSE_SWA_ATTENTION_QK=${v#qk=} SPARSE_SWA_ATTENTION_PV=${v#pv=} timeout 300 \
       "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
       >"$OUT/attention_tests_${v/=/_}.log" 2>&1

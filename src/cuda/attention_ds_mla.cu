@@ -13,7 +13,7 @@
 //       that wgmma and ldmatrix read. bf16: cp.async copies the rows straight into one of four
 //       K stages (three tiles ahead), masked keys as zero rows;
 //   QK + softmax (warpgroup 1)  S = Q K^T, fp32 accumulators: one wgmma m64n32k16 chain for the
-//       64-row head group, or (groups of <= 32 heads) m16n8k16 MMAs per 16 heads; then the
+//       64-row head group (or, forced for tests, m16n8k16 MMAs per 16 heads); then the
 //       online softmax in base 2 (masked keys -inf), P written as bf16 hi + lo parts with the
 //       rows' rescale factors;
 //   PV (warpgroups 2-3)  O += P V with V = the same rows: wgmma m64n128k16 (warpgroup g owns dims
@@ -1052,16 +1052,16 @@ Segment segment(const ConstIndexView& v, const ConstKvCacheView& c) {
 
 constexpr int64_t kPartialRowBytes = kHeadDim * sizeof(float) + sizeof(float2);
 
-// QK with wgmma for groups of more than 32 heads (it always computes 64 rows); m16n8k16 MMAs
-// skip the empty 16-head tiles of smaller groups. SPARSE_SWA_ATTENTION_QK=mma|wgmma forces one
-// (benchmarks and tests compare both).
-bool use_wgmma_qk(int num_heads) {
-  static const int forced = [] {
+// QK (and PV) with wgmma at every head count: it computes all 64 rows of a group, zero rows
+// included, yet measured faster than m16n8k16 MMAs that skip the empty 16-head tiles at 8, 16
+// and 32 heads, decode and prefill alike (bench/README.md#variant-log, run 24).
+// SPARSE_SWA_ATTENTION_QK=mma forces the MMA variant (the tests run both).
+bool use_wgmma_qk() {
+  static const bool forced_mma = [] {
     const char* v = std::getenv("SPARSE_SWA_ATTENTION_QK");
-    if (v == nullptr) return -1;
-    return std::strcmp(v, "wgmma") == 0 ? 1 : (std::strcmp(v, "mma") == 0 ? 0 : -1);
+    return v != nullptr && std::strcmp(v, "mma") == 0;
   }();
-  return forced >= 0 ? forced == 1 : num_heads > 32;
+  return !forced_mma;
 }
 
 // PV with wgmma unless SPARSE_SWA_ATTENTION_PV=mma.
@@ -1231,7 +1231,7 @@ Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stre
   }
   // Three variants per cache kind: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
-  const bool qk = use_wgmma_qk(p.num_heads), pv = qk && use_wgmma_pv();
+  const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
   const Status launched = p.swa_cache.dtype == CacheDtype::kBf16
                               ? launch_variant<true>(qk, pv, a, stream)
                               : launch_variant<false>(qk, pv, a, stream);
