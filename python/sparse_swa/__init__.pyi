@@ -67,6 +67,8 @@ class SwaMetadata:
     decode_swa_width: int
     causal: bool
     block_size: int
+    window_size: int  # W, also on steps without prefill tokens
+    prefill_swa_width: int  # W + max_image_tokens, also on steps without prefill tokens
     backend: str | None  # "cpu" | "cuda"; None for a copy()
     is_current: bool
     decode_swa_indices: Array  # [num_decode_tokens, 1, decode_swa_width] int32, -1 = empty

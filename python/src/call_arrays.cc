@@ -17,6 +17,8 @@ namespace sparse_swa::python {
 
 nb::dlpack::dtype dlpack_dtype(Elem e) {
   switch (e) {
+    case Elem::kBool:
+      return nb::dtype<bool>();
     case Elem::kUint8:
       return nb::dtype<uint8_t>();
     case Elem::kUint16:
@@ -35,6 +37,8 @@ nb::dlpack::dtype dlpack_dtype(Elem e) {
 
 const char* elem_name(Elem e) {
   switch (e) {
+    case Elem::kBool:
+      return "bool";
     case Elem::kUint8:
       return "uint8";
     case Elem::kUint16:
@@ -55,6 +59,7 @@ namespace {
 
 size_t elem_size(Elem e) {
   switch (e) {
+    case Elem::kBool:
     case Elem::kUint8:
       return 1;
     case Elem::kUint16:
@@ -218,9 +223,11 @@ nb::handle cached(const char* module, const char* attr) {
 }
 
 nb::handle torch_dtype(Elem e) {
-  static const nb::handle dtypes[] = {cached("torch", "uint8"),    cached("torch", "uint16"),
-                                      cached("torch", "bfloat16"), cached("torch", "int32"),
-                                      cached("torch", "int64"),    cached("torch", "float32")};
+  // In the order of Elem.
+  static const nb::handle dtypes[] = {cached("torch", "bool"),   cached("torch", "uint8"),
+                                      cached("torch", "uint16"), cached("torch", "bfloat16"),
+                                      cached("torch", "int32"),  cached("torch", "int64"),
+                                      cached("torch", "float32")};
   return dtypes[static_cast<int>(e)];
 }
 

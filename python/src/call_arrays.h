@@ -19,9 +19,10 @@
 namespace sparse_swa::python {
 
 // The element types the bound operations take.
-enum class Elem { kUint8, kUint16, kBf16, kInt32, kInt64, kFloat32 };
+enum class Elem { kBool, kUint8, kUint16, kBf16, kInt32, kInt64, kFloat32 };
 nb::dlpack::dtype dlpack_dtype(Elem e);
-const char* elem_name(Elem e);  // "uint8", "uint16", "bfloat16", "int32", "int64", "float32"
+const char* elem_name(
+    Elem e);  // "bool", "uint8", "uint16", "bfloat16", "int32", "int64", "float32"
 
 // The place every array of a call must share: set by its first array (`anchor`, e.g. "q").
 // It also keeps the call's imported arrays (their DLPack exports) alive until the call returns,
@@ -36,7 +37,8 @@ struct CallPlace {
   }
   bool on_device() const { return place.device == Device::kCuda; }
 
-  static constexpr size_t kMaxKept = 12;  // a call imports at most 10 (sparse_attention)
+  // sparse_attention imports 10 arrays, the consumers over plain arrays up to 17.
+  static constexpr size_t kMaxKept = 20;
   mutable std::array<InputArray, kMaxKept> kept;
   mutable std::array<nb::ndarray<>, 4> kept_writable;
   mutable size_t num_kept = 0, num_kept_writable = 0;

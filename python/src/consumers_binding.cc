@@ -17,44 +17,15 @@
 
 namespace sparse_swa::python {
 
-namespace {
-
-// The batch of the builder's last build(), re-imported (host or device, like the metadata).
-ImportedBatch import_step_batch(const PyMetadata& m) {
-  if (m.impl == nullptr) {
-    raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
-  }
-  m.expect_current();
-  BatchObjects objects = m.inputs;
-  objects.causal = m.md.causal;
-  return import_batch(objects);
-}
-
-// Outputs of a consumer: where the metadata lives, in the framework of its arrays.
-CallPlace output_place(const PyMetadata& m) {
-  CallPlace call;
-  call.place = m.place;
-  call.anchor = "metadata";
-  call.framework = m.device_framework;
-  call.anchor_obj = m.inputs.query_start_loc;
-  return call;
-}
-
-// One layer's compressed inputs (consumers.h CompressedTopk) from the Python arguments; all
-// None for an SWA-only layer (compress_ratio 1).
-struct TopkArgs {
-  nb::handle compress_ratio, block_table, block_size, decode_local, decode_global,
-      decode_global_lens, prefill_local;
-};
-
-CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call) {
+CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call, std::string_view table_name,
+                         std::string_view size_name) {
   CompressedTopk t;
   t.cache.compress_ratio = int32_from_python(a.compress_ratio, "compress_ratio");
   if (!a.block_table.is_none()) {
     t.cache.block_table =
-        index_rows(import_at(a.block_table, "block_table", call), "block_table", call.space());
+        index_rows(import_at(a.block_table, table_name, call), table_name, call.space());
   }
-  if (!a.block_size.is_none()) t.cache.block_size = int32_from_python(a.block_size, "block_size");
+  if (!a.block_size.is_none()) t.cache.block_size = int32_from_python(a.block_size, size_name);
   if (!a.decode_local.is_none()) {
     t.decode_local =
         index_rows(import_at(a.decode_local, "decode_local", call), "decode_local", call.space());
@@ -80,6 +51,29 @@ CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call) {
                                  call.space());
   }
   return t;
+}
+
+namespace {
+
+// The batch of the builder's last build(), re-imported (host or device, like the metadata).
+ImportedBatch import_step_batch(const PyMetadata& m) {
+  if (m.impl == nullptr) {
+    raise_value_error("metadata: expected the metadata returned by build(), got a copy()");
+  }
+  m.expect_current();
+  BatchObjects objects = m.inputs;
+  objects.causal = m.md.causal;
+  return import_batch(objects);
+}
+
+// Outputs of a consumer: where the metadata lives, in the framework of its arrays.
+CallPlace output_place(const PyMetadata& m) {
+  CallPlace call;
+  call.place = m.place;
+  call.anchor = "metadata";
+  call.framework = m.device_framework;
+  call.anchor_obj = m.inputs.query_start_loc;
+  return call;
 }
 
 // The library names CompressedTopk's fields; Python names the arguments.

@@ -8,9 +8,26 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string_view>
+
+#include "call_arrays.h"
+#include "sparse_swa/consumers.h"
+
 namespace sparse_swa::python {
 
 namespace nb = nanobind;
+
+// One layer's compressed inputs (consumers.h CompressedTopk) from the Python arguments; all
+// None for an SWA-only layer (compress_ratio 1).
+struct TopkArgs {
+  nb::handle compress_ratio, block_table, block_size, decode_local, decode_global,
+      decode_global_lens, prefill_local;
+};
+// The arrays live at the call's place; `table_name` and `size_name` are the Python names of the
+// compressed cache's block table and block size.
+CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call,
+                         std::string_view table_name = "block_table",
+                         std::string_view size_name = "block_size");
 
 void bind_consumers(nb::module_& m);
 

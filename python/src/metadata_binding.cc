@@ -240,6 +240,13 @@ void bind_metadata(nb::module_& m) {
           "device; the *_cpu arrays are always host arrays.")
           .def_prop_ro("block_size", [](const PyMetadata& x) { return x.block_size; })
           .def_prop_ro(
+              "window_size", [](const PyMetadata& x) { return x.md.window_size; },
+              "W, the builder's window, also on steps without prefill tokens.")
+          .def_prop_ro(
+              "prefill_swa_width", [](const PyMetadata& x) { return x.md.prefill_swa.width; },
+              "Row width of prefill_swa_indices (W + max_image_tokens), also on steps without\n"
+              "prefill tokens: the mixed matrix's SWA section is max(decode_swa_width, this).")
+          .def_prop_ro(
               "backend",
               [](const PyMetadata& x) -> nb::object {
                 if (x.impl == nullptr) return nb::none();

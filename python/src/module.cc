@@ -11,6 +11,7 @@
 #include "attention_binding.h"
 #include "builder_binding.h"
 #include "config_binding.h"
+#include "consumer_arrays_binding.h"
 #include "consumers_binding.h"
 #include "dispatch_binding.h"
 #include "metadata_binding.h"
@@ -58,6 +59,7 @@ NB_MODULE(_sparse_swa, m) {
   sparse_swa::python::bind_metadata(m);
   sparse_swa::python::bind_builder(m);
   sparse_swa::python::bind_consumers(m);
+  sparse_swa::python::bind_consumer_arrays(m);
   sparse_swa::python::bind_attention(m);
   sparse_swa::python::bind_dispatch(m);
   m.def("cuda_available", &sparse_swa::cuda_backend_available,

@@ -1,0 +1,379 @@
+# SPDX-License-Identifier: Apache-2.0
+"""torch.ops.sparse_swa consumer ops (compressed_topk_to_global, mixed_matrix, combined_prefill)
+over the metadata's arrays: equal to the plain functions on an SwaMetadata bit for bit on random
+batches (decode, MTP, DSpark, padding, chunked prefill, images; compressed ratios 1, 4 and 128),
+errors naming the argument, fake implementations (opcheck, torch.compile(fullgraph=True)), and
+on a GPU the CUDA path equal to the CPU one. Skipped without torch; GPU tests skip without
+CUDA."""
+
+import random
+
+import numpy as np
+import pytest
+
+import sparse_swa
+import swa_model
+from conftest import batch_arrays, image_spans, load_case
+from test_random_batches import random_batch, random_config
+
+torch = pytest.importorskip("torch")
+from sparse_swa import torch_ops  # noqa: E402  registers the ops
+
+ops = torch.ops.sparse_swa
+cuda = pytest.mark.skipif(not (torch.cuda.is_available() and sparse_swa.cuda_available()),
+                          reason="needs a CUDA GPU and sparse_swa's CUDA backend")
+CHUNKED = {"window_size": 32, "block_size": 16, "max_num_batched_tokens": 64,
+           "max_num_seqs": 8, "max_model_len": 128}
+
+
+def build(config, arrays, causal=True, spans=None, device="cpu"):
+    """The metadata of a batch built from torch tensors on `device` (a fresh builder)."""
+    qsl, seq, bt, slots = (torch.from_numpy(a) for a in arrays)
+    kwargs = {}
+    if device != "cpu":
+        kwargs = {"query_start_loc_cpu": qsl, "seq_lens_cpu": seq}
+        qsl, seq, bt, slots = (a.to(device) for a in (qsl, seq, bt, slots))
+    builder = sparse_swa.MetadataBuilder(config)
+    return builder, builder.build(qsl, seq, bt, slots, causal=causal, image_spans=spans, **kwargs)
+
+
+def chunked_batch(rng):
+    """0-1 decodes then 2-3 prefills of 18-20 tokens with prefixes of 50-100: every request
+    needs more than half of the plan's per-request budget, so chunk_size 1 gives several
+    chunks for every compress ratio."""
+    block = CHUNKED["block_size"]
+    qlens = [1] * rng.randint(0, 1) + [rng.randint(18, 20) for _ in range(rng.randint(2, 3))]
+    seq = [q + (rng.randint(0, 60) if q == 1 else rng.randint(50, 100)) for q in qlens]
+    blocks = -(-max(seq) // block)
+    bt = np.array(rng.sample(range(1000), len(seq) * blocks), np.int32).reshape(len(seq), blocks)
+    qsl = np.cumsum([0] + qlens).astype(np.int32)
+    slots = [swa_model.slot(bt[r], block, s - q + i)
+             for r, (s, q) in enumerate(zip(seq, qlens)) for i in range(q)]
+    return qsl, np.array(seq, np.int32), bt, np.array(slots + [-1], np.int64)
+
+
+def random_steps(seed):
+    """(config, arrays, causal, spans, chunk_size) of a random batch of every kind."""
+    rng = random.Random(seed)
+    kind = seed % 3
+    if kind == 0:
+        config, theta = random_config(rng)
+        arrays, causal = random_batch(rng, config, theta)
+        return config, arrays, causal, None, rng.randint(1, 3)
+    if kind == 1:
+        return CHUNKED, chunked_batch(rng), True, None, 1
+    case = load_case(["mixed_mtp", "dspark_draft", "padded_decode", "vision_prefill"][seed % 4])
+    b = case["batch"]
+    return case["config"], batch_arrays(b), b.get("causal", True), image_spans(b), 4
+
+
+def compressed_inputs(rng, md, seq, ratio):
+    """Random compressed top-k of a layer of `ratio` (1: none) as the ops' keyword arguments:
+    local indices a little past the request's entries and a block table with negative ids."""
+    if ratio == 1:
+        return {}
+    td, tp = md.num_decode_tokens, md.num_prefill_tokens
+    entries = max([int(s) // ratio for s in seq], default=0) + 2
+    cbs = rng.choice([1, 2, 4])
+    g = torch.Generator().manual_seed(rng.randint(0, 1 << 30))
+    cbt = torch.randint(-1, 300, (max(len(seq), 1), entries // cbs + 1), generator=g,
+                        dtype=torch.int32)
+    args = {"compress_ratio": ratio, "compressed_block_table": cbt,
+            "compressed_block_size": cbs,
+            "prefill_local": torch.randint(-1, entries, (tp, rng.choice([4, 8, 12])),
+                                           generator=g, dtype=torch.int32)}
+    width = rng.choice([3, 8])
+    if ratio == 128:
+        args["decode_global"] = torch.randint(0, 1000, (td, width), generator=g,
+                                              dtype=torch.int32)
+        args["decode_global_lens"] = torch.randint(0, width + 1, (td,), generator=g,
+                                                   dtype=torch.int32)
+    else:
+        args["decode_local"] = torch.randint(-1, entries, (td, width), generator=g,
+                                             dtype=torch.int32)
+    return args
+
+
+def plain_mixed(md, args):
+    """md.mixed_matrix with the plain function's argument names."""
+    names = {"compressed_block_table": "block_table", "compressed_block_size": "block_size"}
+    return md.mixed_matrix(**{names.get(k, k): v for k, v in args.items()})
+
+
+def expect_combined_equal(md, ratio, chunk_size, prefill_local, rows, lens, plan):
+    """The flat op result against md.combined_prefill's list of chunks."""
+    chunks = md.combined_prefill(ratio, chunk_size, prefill_local=prefill_local)
+    assert plan.device.type == "cpu" and plan.dtype == torch.int32
+    assert plan.shape == (len(chunks), torch_ops.PLAN_COLUMNS)
+    row = 0
+    for (chunk, chunk_rows, chunk_lens), p in zip(chunks, plan.tolist()):
+        assert tuple(p[:4]) == chunk and p[4] == row and p[5] == row + chunk_rows.shape[0]
+        assert torch.equal(rows[p[4]:p[5]].cpu(), chunk_rows.cpu())
+        assert torch.equal(lens[p[4]:p[5]].cpu(), chunk_lens.cpu())
+        row = p[5]
+    assert rows.shape[0] == md.num_prefill_tokens
+    assert bool((rows[row:] == -1).all()) and bool((lens[row:] == 0).all())  # padding tokens
+    return len(chunks)
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_ops_equal_the_plain_functions_on_random_batches(seed):
+    config, arrays, causal, spans, chunk_size = random_steps(seed)
+    rng = random.Random(seed)
+    _, md = build(config, arrays, causal, spans)
+    seq = arrays[1]
+    for ratio in (1, 4, 128):
+        args = compressed_inputs(rng, md, seq, ratio)
+        got = ops.mixed_matrix(**torch_ops.metadata_args(md, "mixed_matrix"), **args)
+        for g, e in zip(got, plain_mixed(md, args)):
+            assert g.dtype == torch.int32 and torch.equal(g, e)
+        prefill_local = args.get("prefill_local")
+        rows, lens, plan = ops.combined_prefill(
+            **torch_ops.metadata_args(md, "combined_prefill"), compress_ratio=ratio,
+            chunk_size=chunk_size, prefill_local=prefill_local)
+        chunks = expect_combined_equal(md, ratio, chunk_size, prefill_local, rows, lens, plan)
+        if seed % 3 == 1:
+            assert chunks > 1  # the chunked-prefill batches really split
+        if ratio == 1 or md.num_tokens == 0:
+            continue
+        local = args.get("decode_local", args.get("decode_global"))
+        first = rng.randint(0, md.num_tokens - 1)
+        n = min(local.shape[0], md.num_tokens - first)
+        got = ops.compressed_topk_to_global(
+            **torch_ops.metadata_args(md, "compressed_topk_to_global"), first_token=first,
+            local=local[:n], block_table=args["compressed_block_table"],
+            block_size=args["compressed_block_size"], compress_ratio=ratio)
+        expected = sparse_swa.compressed_topk_to_global(
+            md, first, local[:n], args["compressed_block_table"], args["compressed_block_size"],
+            ratio)
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+
+
+def test_a_decode_only_vision_step_keeps_the_prefill_width():
+    """S = max(decode width, W + Mi) on every step of a vision config: prefill_swa_width
+    carries W + Mi when the step has no prefill rows."""
+    config = load_case("vision_prefill")["config"]
+    bt = np.arange(8, dtype=np.int32).reshape(1, 8)
+    arrays = (np.array([0, 1], np.int32), np.array([5], np.int32), bt,
+              np.array([swa_model.slot(bt[0], config["block_size"], 4)], np.int64))
+    _, md = build(config, arrays)
+    args = torch_ops.metadata_args(md, "mixed_matrix")
+    assert args["prefill_swa_indices"] is None and md.prefill_swa_width > md.decode_swa_width
+    got = ops.mixed_matrix(**args)
+    assert got[0].shape[1] >= md.prefill_swa_width
+    for g, e in zip(got, md.mixed_matrix()):
+        assert torch.equal(g, e)
+    args["prefill_swa_width"] = None  # the decode rows' width alone
+    assert ops.mixed_matrix(**args)[0].shape[1] == md.decode_swa_width
+
+
+def mtp_step():
+    """docs/semantics.md example 1: 3 decode tokens (W = 8), then a prefill of 4 tokens."""
+    case = load_case("mixed_mtp")
+    _, md = build(case["config"], batch_arrays(case["batch"]))
+    return md
+
+
+def error_cases(md):
+    """(argument changes of mixed_matrix, message start) pairs."""
+    a = torch_ops.metadata_args(md, "mixed_matrix")
+    t2r, rows = a["token_to_req_indices"], a["decode_swa_indices"]
+    wide = torch.zeros((rows.shape[0], rows.shape[-1] * 2), dtype=torch.int32)
+    return [
+        ({"token_to_req_indices": t2r.long()}, r"^token_to_req_indices: expected dtype int32"),
+        ({"is_valid_token": a["is_valid_token"].int()},
+         r"^is_valid_token: expected dtype bool or uint8"),
+        ({"token_to_req_indices": torch.stack([t2r, t2r], 1)[:, 0]},
+         r"^token_to_req_indices: expected a contiguous array"),
+        ({"decode_swa_indices": wide[:, ::2]}, r"^decode_swa_indices"),  # column stride 2
+        ({"decode_swa_indices": rows[:, 0].t()}, r"^decode_swa_indices"),
+        ({"decode_swa_lens": a["decode_swa_lens"][:1]},
+         r"^decode_swa_lens: expected 3 entries \(the rows of decode_swa_indices\)"),
+        ({"decode_swa_lens": a["decode_swa_lens"] + rows.shape[-1]},
+         r"^decode_swa_lens\[0\]: expected 0\.\.8 \(the row width\)"),
+        ({"seq_lens": a["seq_lens"][:-1]}, r"^query_start_loc: expected the"),
+        ({"block_table": a["block_table"][:1]}, r"^block_table.rows: expected >= num_reqs"),
+        ({"num_decodes": 99}, r"^num_decodes: expected 0\.\.3"),
+        ({"prefill_swa_lens": None}, r"^prefill_swa_indices: expected prefill_swa_indices and"),
+        ({"prefill_swa_indices": None, "prefill_swa_lens": None},
+         r"^prefill_swa_indices.rows: expected >= num_prefill_tokens"),
+        ({"prefill_swa_width": 3}, r"^prefill_swa_width: expected the width of"),
+        ({"prefill_gather_lens": None}, r"^prefill_gather_lens: expected >= 1 entries"),
+        ({"window_size": 0}, r"^window_size: expected >= 1"),
+        ({"block_size": 0}, r"^block_size: expected >= 1"),
+        ({"causal": False}, r"^decode_swa_indices.width: non-causal"),
+        ({"compress_ratio": 3}, r"compress_ratio"),
+        ({"compress_ratio": 4, "compressed_block_table": torch.zeros((1, 2), dtype=torch.int32),
+          "compressed_block_size": 2, "decode_local": torch.zeros((3, 2), dtype=torch.int32),
+          "prefill_local": torch.zeros((4, 4), dtype=torch.int32)},
+         r"^compressed_block_table.rows: expected >= num_reqs"),
+    ], a
+
+
+def test_mixed_matrix_errors_name_the_argument():
+    md = mtp_step()
+    cases, args = error_cases(md)
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ops.mixed_matrix(**{**args, **change})
+
+
+def test_combined_prefill_errors_name_the_argument():
+    md = mtp_step()
+    args = torch_ops.metadata_args(md, "combined_prefill")
+    for change, message in [
+        ({"prefill_seq_lens_cpu": None}, r"^prefill_seq_lens_cpu: expected prefill_seq_lens_cpu "
+                                         r"and prefill_query_lens_cpu together"),
+        ({"prefill_seq_lens_cpu": None, "prefill_query_lens_cpu": None},
+         r"^prefill_seq_lens_cpu: expected 1 entries"),
+        ({"prefill_query_lens_cpu": args["prefill_seq_lens_cpu"] + 1},
+         r"^prefill_query_lens_cpu\[0\]: expected 0\.\.prefill_seq_lens_cpu\[0\]"),
+        ({"max_model_len": -1}, r"^max_model_len: expected 0\.\."),
+        ({"chunk_size": 0}, r"^chunk_size: expected >= 1"),
+        ({"prefill_gather_lens": args["prefill_gather_lens"] + 100},
+         r"^prefill_gather_lens\[0\]: expected 0\.\.min"),
+        ({"compress_ratio": 4}, r"^prefill_local: a compress_ratio 4 layer needs"),
+        ({"decode_swa_indices": torch.zeros((99, 8), dtype=torch.int32),
+          "decode_swa_lens": torch.zeros(99, dtype=torch.int32)},
+         r"^decode_swa_indices: expected at most 7 rows"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ops.combined_prefill(**{**args, **change})
+
+
+def test_compressed_topk_errors_name_the_argument():
+    md = mtp_step()
+    args = dict(torch_ops.metadata_args(md, "compressed_topk_to_global"), first_token=0,
+                local=torch.zeros((3, 4), dtype=torch.int32),
+                block_table=torch.zeros((3, 2), dtype=torch.int32), block_size=2,
+                compress_ratio=4)
+    ops.compressed_topk_to_global(**args)
+    for change, message in [
+        ({"local": torch.zeros((3, 4), dtype=torch.int64)}, r"^local: expected dtype int32"),
+        ({"local": torch.zeros((8, 4), dtype=torch.int32)},
+         r"^local: rows for tokens \[0, 8\) must lie inside the step's 7 tokens"),
+        ({"block_table": torch.zeros((1, 2), dtype=torch.int32)},
+         r"^block_table.rows: expected >= num_reqs 3"),
+        ({"block_size": 0}, r"^block_size: expected >= 1"),
+        ({"compress_ratio": 1}, r"^compress_ratio: expected 2, 4 or 128"),
+        ({"num_reqs": -1}, r"^num_reqs: expected >= 0"),
+        ({"is_valid_token": args["is_valid_token"][:2]},
+         r"^token_to_req_indices / is_valid_token: expected >= 7 entries"),
+        ({"token_to_req_indices": torch.full((7,), 5, dtype=torch.int32)},
+         r"^token_to_req_indices\[0\]: expected 0\.\.2, got 5"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ops.compressed_topk_to_global(**{**args, **change})
+
+
+def test_schemas_and_opcheck():
+    assert str(ops.combined_prefill.default._schema).endswith("-> (Tensor, Tensor, Tensor)")
+    assert "int? compressed_block_size=None" in str(ops.mixed_matrix.default._schema)
+    assert str(ops.compressed_topk_to_global.default._schema).startswith(
+        "sparse_swa::compressed_topk_to_global(Tensor token_to_req_indices, Tensor "
+        "is_valid_token, int num_reqs, int first_token, Tensor local, Tensor block_table, ")
+    md = mtp_step()
+    rng = random.Random(0)
+    args = compressed_inputs(rng, md, [5, 9, 13], 4)
+    torch.library.opcheck(ops.mixed_matrix.default, (),
+                          {**torch_ops.metadata_args(md, "mixed_matrix"), **args})
+    torch.library.opcheck(ops.compressed_topk_to_global.default, (), dict(
+        torch_ops.metadata_args(md, "compressed_topk_to_global"), first_token=0,
+        local=args["decode_local"], block_table=args["compressed_block_table"],
+        block_size=args["compressed_block_size"], compress_ratio=4))
+
+
+def consumers_step(mixed, combined, topk, compressed):
+    """Calls the three consumer ops of a C4A layer and combines their outputs."""
+    indices, lens, swa_lens = ops.mixed_matrix(**mixed, **compressed)
+    rows, row_lens, plan = ops.combined_prefill(**combined, compress_ratio=4, chunk_size=4,
+                                                prefill_local=compressed["prefill_local"])
+    out, out_lens = ops.compressed_topk_to_global(
+        **topk, first_token=0, local=compressed["decode_local"],
+        block_table=compressed["compressed_block_table"],
+        block_size=compressed["compressed_block_size"], compress_ratio=4)
+    return indices + 1, lens - swa_lens, rows * 2, row_lens, plan, out, out_lens
+
+
+def compiled_equals_eager(md, seq, backend):
+    compressed = compressed_inputs(random.Random(1), md, seq, 4)
+    inputs = (torch_ops.metadata_args(md, "mixed_matrix"),
+              torch_ops.metadata_args(md, "combined_prefill"),
+              torch_ops.metadata_args(md, "compressed_topk_to_global"), compressed)
+    expected = consumers_step(*inputs)
+    torch._dynamo.reset()
+    got = torch.compile(consumers_step, fullgraph=True, backend=backend)(*inputs)
+    for e, g in zip(expected, got):
+        assert e.device == g.device and e.dtype == g.dtype and torch.equal(e, g)
+
+
+def test_compile_fullgraph_cpu():
+    config, arrays, causal, spans, _ = random_steps(8)
+    _, md = build(config, arrays, causal, spans)
+    compiled_equals_eager(md, arrays[1], "aot_eager")
+
+
+@cuda
+def test_compile_fullgraph_cuda():
+    config, arrays, causal, spans, _ = random_steps(8)
+    _, md = build(config, arrays, causal, spans, device="cuda")
+    compiled_equals_eager(md, arrays[1], "inductor")
+
+
+def to_device(args, device):
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
+@cuda
+@pytest.mark.parametrize("seed", range(12))
+def test_cuda_ops_equal_the_cpu_ops(seed):
+    config, arrays, causal, spans, chunk_size = random_steps(seed)
+    _, host = build(config, arrays, causal, spans)
+    _, dev = build(config, arrays, causal, spans, device="cuda")
+    rng = random.Random(seed)
+    for ratio in (1, 4, 128):
+        args = compressed_inputs(rng, host, arrays[1], ratio)
+        dev_args = to_device(args, "cuda")
+        got = ops.mixed_matrix(**torch_ops.metadata_args(dev, "mixed_matrix"), **dev_args)
+        expected = ops.mixed_matrix(**torch_ops.metadata_args(host, "mixed_matrix"), **args)
+        for g, e in zip(got, expected):
+            assert g.is_cuda and torch.equal(g.cpu(), e)
+        pl = args.get("prefill_local")
+        got = ops.combined_prefill(**torch_ops.metadata_args(dev, "combined_prefill"),
+                                   compress_ratio=ratio, chunk_size=chunk_size,
+                                   prefill_local=None if pl is None else pl.cuda())
+        expected = ops.combined_prefill(**torch_ops.metadata_args(host, "combined_prefill"),
+                                        compress_ratio=ratio, chunk_size=chunk_size,
+                                        prefill_local=pl)
+        assert got[0].is_cuda and got[2].device.type == "cpu"
+        for g, e in zip(got, expected):
+            assert torch.equal(g.cpu(), e)
+        if ratio == 1 or host.num_tokens == 0:
+            continue
+        local = args.get("decode_local", args.get("decode_global"))
+        n = min(local.shape[0], host.num_tokens)
+        common = dict(first_token=0, block_size=args["compressed_block_size"],
+                      compress_ratio=ratio)
+        got = ops.compressed_topk_to_global(
+            **torch_ops.metadata_args(dev, "compressed_topk_to_global"), local=local[:n].cuda(),
+            block_table=dev_args["compressed_block_table"], **common)
+        expected = ops.compressed_topk_to_global(
+            **torch_ops.metadata_args(host, "compressed_topk_to_global"), local=local[:n],
+            block_table=args["compressed_block_table"], **common)
+        for g, e in zip(got, expected):
+            assert g.is_cuda and torch.equal(g.cpu(), e)
+
+
+@cuda
+def test_cuda_device_mismatch_names_the_argument():
+    config, arrays, causal, spans, _ = random_steps(8)
+    _, dev = build(config, arrays, causal, spans, device="cuda")
+    args = torch_ops.metadata_args(dev, "mixed_matrix")
+    with pytest.raises(ValueError, match=r"^decode_swa_lens: expected device cuda:0 like "
+                                         r"query_start_loc, got cpu"):
+        ops.mixed_matrix(**{**args, "decode_swa_lens": args["decode_swa_lens"].cpu()})
+    combined = torch_ops.metadata_args(dev, "combined_prefill")
+    with pytest.raises(ValueError, match=r"^prefill_seq_lens_cpu: expected device cpu"):
+        ops.combined_prefill(**{**combined,
+                                "prefill_seq_lens_cpu": combined["prefill_seq_lens_cpu"].cuda()})
