@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""FlashMLA's sparse fp8 decode on the shapes of sparse_swa_attention_bench, timed the same way.
+"""FlashMLA's sparse decode and prefill on the shapes of sparse_swa_attention_bench, timed alike.
 
 The column beside ours in bench/README.md#attention: the package sgl-flash-mla (SGLang's build of
 FlashMLA) with use_legacy=True (its sm90 kernels), caches in the fp8_ds_mla layout both libraries
 share, sink on, random slots no two tokens share, the call captured into a CUDA graph (its split
 schedule computed once, before capture), 30 replays each after a 256 MiB write that flushes the
 L2 (median and min) and 30 warm replays. FlashMLA takes 64 or 128 heads only: smaller head counts
-are padded to 64, as engines do. Exits 0 with a note when the package is absent.
+are padded to 64, as engines do. Prefill: flash_mla_sparse_fwd on a bf16 [pool, 1, 512] copy of
+the keys, every token's keys distinct random rows of the pool. Exits 0 with a note when the
+package is absent.
 
     python3 bench/flashmla_bench.py [--runs N] [--json FILE] [--only NAME]
 """
@@ -32,6 +34,15 @@ SCENARIOS = [
     ("tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1),
     ("c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1),
     ("mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2),
+]
+# Prefill (flash_mla_sparse_fwd on a bf16 copy of the keys): name, query tokens, heads, keys per
+# token, pool of keys every token draws its distinct keys from.
+PREFILL = [
+    ("prefill_h64_t4096_bf16", 4096, 64, 640, 32768),
+    ("prefill_h128_t4096_bf16", 4096, 128, 1152, 32768),
+    ("prefill_h64_t512_bf16", 512, 64, 640, 8192),
+    ("prefill_h16_t4096_bf16", 4096, 16, 640, 32768),
+    ("prefill_h8_t4096_bf16", 4096, 8, 640, 32768),
 ]
 TOKEN_BYTES = 584  # 448 e4m3 + 64 bf16 + 8 scale bytes
 
@@ -76,6 +87,55 @@ def rows(torch, tokens, width, valid, group, pool, gen, share_all_but_one):
     return out
 
 
+def graph_times(torch, call, runs, flush):
+    """(median, min) of `runs` flushed graph replays of call() and the median of warm ones."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        call()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(flush_first):
+        if flush_first:
+            flush.fill_(1)
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1000.0
+
+    timed(False)
+    cold = [timed(True) for _ in range(runs)]
+    warm = [timed(False) for _ in range(runs)]
+    return statistics.median(cold), min(cold), statistics.median(warm)
+
+
+def run_prefill(torch, flash_mla, sc, runs, flush):
+    name, tokens, heads, topk, pool = sc
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321 + tokens + heads)
+    h = max(heads, 64)  # 64 or 128 heads only: engines pad
+    kv = torch.randn(pool, 1, 512, generator=gen, device="cuda").to(torch.bfloat16)
+    # Distinct random keys per token: the first topk of a random permutation of the pool.
+    idx = torch.rand(tokens, pool, generator=gen, device="cuda").argsort(dim=1)[:, :topk]
+    idx = idx.to(torch.int32).view(tokens, 1, topk).contiguous()
+    q = torch.randn(tokens, h, 512, generator=gen, device="cuda").to(torch.bfloat16)
+    sink = torch.linspace(-1.0, 1.0, h, device="cuda", dtype=torch.float32)
+
+    def call():
+        return flash_mla.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink)
+
+    med, mn, warm = graph_times(torch, call, runs, flush)
+    return dict(shape=name, tokens=tokens, heads=heads, flashmla_heads=h, median_us=med,
+                min_us=mn, warm_us=warm)
+
+
 def run(torch, flash_mla, sc, runs, flush):
     name, tokens, heads, swa_w, extra_w, extra_bs, fill, group = sc
     gen = torch.Generator(device="cuda")
@@ -103,33 +163,9 @@ def run(torch, flash_mla, sc, runs, flush):
             topk_length=torch.full((b,), swa_w, dtype=torch.int32, device="cuda"),
             use_legacy=True, **kwargs)
 
-    call()  # computes the split schedule once
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        call()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            call()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed(flush_first):
-        if flush_first:
-            flush.fill_(1)
-        e0.record()
-        graph.replay()
-        e1.record()
-        e1.synchronize()
-        return e0.elapsed_time(e1) * 1000.0
-
-    timed(False)
-    cold = [timed(True) for _ in range(runs)]
-    warm = [timed(False) for _ in range(runs)]
-    return dict(shape=name, tokens=tokens, heads=heads, flashmla_heads=h,
-                median_us=statistics.median(cold), min_us=min(cold),
-                warm_us=statistics.median(warm))
+    med, mn, warm = graph_times(torch, call, runs, flush)  # (the first call: split schedule)
+    return dict(shape=name, tokens=tokens, heads=heads, flashmla_heads=h, median_us=med,
+                min_us=mn, warm_us=warm)
 
 
 def main():
@@ -147,18 +183,21 @@ def main():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     print(f"FlashMLA (sgl-flash-mla, use_legacy=True) on {torch.cuda.get_device_name()}, "
           f"{args.runs} graph replays per shape")
-    print(f"{'shape':18} {'tokens':>7} {'heads':>6} {'median':>8} {'min':>8} {'warm':>8}")
+    print(f"{'shape':24} {'tokens':>7} {'heads':>6} {'median':>8} {'min':>8} {'warm':>8}")
     results = []
-    for sc in SCENARIOS:
+    for sc in SCENARIOS + PREFILL:
         if args.only and sc[0] != args.only:
             continue
         try:
-            r = run(torch, flash_mla, sc, args.runs, flush)
+            if sc in PREFILL:
+                r = run_prefill(torch, flash_mla, sc, args.runs, flush)
+            else:
+                r = run(torch, flash_mla, sc, args.runs, flush)
         except Exception as e:  # a shape FlashMLA refuses: reported, the others still run
-            print(f"{sc[0]:18} failed: {str(e).splitlines()[0][:100]}")
+            print(f"{sc[0]:24} failed: {str(e).splitlines()[0][:100]}")
             continue
         results.append(r)
-        print(f"{r['shape']:18} {r['tokens']:7d} {r['flashmla_heads']:6d} {r['median_us']:8.1f} "
+        print(f"{r['shape']:24} {r['tokens']:7d} {r['flashmla_heads']:6d} {r['median_us']:8.1f} "
               f"{r['min_us']:8.1f} {r['warm_us']:8.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:

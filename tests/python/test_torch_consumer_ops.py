@@ -297,9 +297,11 @@ def consumers_step(mixed, combined, topk, compressed):
 
 
 def compiled_equals_eager(md, seq, backend):
-    compressed = compressed_inputs(random.Random(1), md, seq, 4)
-    inputs = (torch_ops.metadata_args(md, "mixed_matrix"),
-              torch_ops.metadata_args(md, "combined_prefill"),
+    mixed = torch_ops.metadata_args(md, "mixed_matrix")
+    # The compressed inputs live where the metadata does.
+    compressed = to_device(compressed_inputs(random.Random(1), md, seq, 4),
+                           mixed["query_start_loc"].device)
+    inputs = (mixed, torch_ops.metadata_args(md, "combined_prefill"),
               torch_ops.metadata_args(md, "compressed_topk_to_global"), compressed)
     expected = consumers_step(*inputs)
     torch._dynamo.reset()
