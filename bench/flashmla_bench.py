@@ -7,11 +7,11 @@ FlashMLA) with use_legacy=True (its sm90 kernels), caches in the fp8_ds_mla layo
 share, sink on, random slots no two tokens share, the call captured into a CUDA graph (its split
 schedule computed once, before capture), 30 replays each after a 256 MiB write that flushes the
 L2 (median and min) and 30 warm replays. FlashMLA takes 64 or 128 heads only: smaller head counts
-are padded to 64, as engines do. Prefill: flash_mla_sparse_fwd on a bf16 [pool, 1, 512] copy of
-the keys, every token's keys distinct random rows of the pool. Exits 0 with a note when the
-package is absent.
+are padded to 64, as engines do. Prefill: flash_mla_sparse_fwd (use_legacy=True) on a bf16
+[pool, 1, 512] copy of the keys, every token's keys distinct random rows of the pool. Exits 0
+with a note when the package is absent.
 
-    python3 bench/flashmla_bench.py [--runs N] [--json FILE] [--only NAME]
+    python3 bench/flashmla_bench.py [--runs N] [--json FILE] [--only NAME] [--filter SUBSTRING]
 """
 import argparse
 import json
@@ -129,7 +129,8 @@ def run_prefill(torch, flash_mla, sc, runs, flush):
     sink = torch.linspace(-1.0, 1.0, h, device="cuda", dtype=torch.float32)
 
     def call():
-        return flash_mla.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink)
+        return flash_mla.flash_mla_sparse_fwd(q, kv, idx, 512 ** -0.5, attn_sink=sink,
+                                              use_legacy=True)
 
     med, mn, warm = graph_times(torch, call, runs, flush)
     return dict(shape=name, tokens=tokens, heads=heads, flashmla_heads=h, median_us=med,
@@ -172,7 +173,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json")
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="one shape by name")
+    ap.add_argument("--filter", help="the shapes whose name contains it")
     args = ap.parse_args()
     try:
         import torch
@@ -186,7 +188,7 @@ def main():
     print(f"{'shape':24} {'tokens':>7} {'heads':>6} {'median':>8} {'min':>8} {'warm':>8}")
     results = []
     for sc in SCENARIOS + PREFILL:
-        if args.only and sc[0] != args.only:
+        if (args.only and sc[0] != args.only) or (args.filter and args.filter not in sc[0]):
             continue
         try:
             if sc in PREFILL:

@@ -86,7 +86,7 @@ if has sanitize; then
   # The tensor-core kernel's paths (split and merge, masking, lens, graph replay, small heads,
   # page size 2, both cache kinds) under each tool; racecheck on the smaller cases (it runs far slower).
   for tool in memcheck initcheck racecheck; do
-    filter='SplitShapes/*:SplitBf16Shapes/*:AttentionCuda.*'
+    filter='SplitShapes/*:SplitBf16Shapes/*:PrefillShapes/*H8*:PrefillShapes/*H1_*:AttentionCuda.*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \

@@ -546,7 +546,11 @@ __device__ __forceinline__ void qk_issue_wgmma(const Cta<L>& c, int stage, float
     const uint32_t step = (kk & 3) * 32;  // 16 bf16 along K inside a 128-byte row
     const uint64_t da = ptx::sw128_desc(q_base + (kk >> 2) * (kGroupHeads * 128) + step);
     const uint64_t db = ptx::sw128_desc(k_base + (kk >> 2) * (kKeys * 128) + step);
-    ptx::wgmma_m64n32k16(d, da, db, kk > 0);
+    if (kk == 0) {
+      ptx::wgmma_m64n32k16_first(d, da, db);
+    } else {
+      ptx::wgmma_m64n32k16(d, da, db, true);
+    }
   }
   ptx::wgmma_commit();
 }
@@ -660,8 +664,8 @@ __device__ void qk_softmax(const Args& a, const Cta<L>& c, int q, int lane) {
     clk.lap(0);
     float d[16];
     if constexpr (kWgmma) {
-      // (Issuing tile i + 1's wgmma before tile i's softmax measured slower: ptxas serialises
-      // the two accumulators; bench/README.md#attention.)
+      // (Tile i + 1's wgmma in flight during tile i's softmax measured 50-70 % slower:
+      // bench/README.md#variant-log, runs 10 and 25.)
       qk_issue_wgmma(c, i % L::kKStages, d);
       ptx::wgmma_wait<0>();
     } else if (active && !skip) {

@@ -125,6 +125,19 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t a, uint
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
+// The first step of a chain: d = a * b, d written only (no read of its previous values).
+__device__ __forceinline__ void wgmma_m64n32k16_first(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
+      "0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),
+        "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),
+        "=f"(d[14]), "=f"(d[15])
+      : "l"(a), "l"(b));
+}
+
 // A shared-memory matrix descriptor in the 128-byte swizzle layout with explicit byte offsets:
 // `lbo` between swizzle atoms along M/N (MN-major operands), `sbo` between groups of 8 rows.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
