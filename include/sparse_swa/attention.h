@@ -67,7 +67,9 @@ struct SparseAttentionParams {
 };
 
 // Runs the attention on the backend the views' memory space picks (swa_indices.space): host =
-// the CPU reference, device = CUDA. Every view, and every pointer, must live in that space.
+// the CPU reference, device = CUDA. Every view, and every pointer, must live in that space. The
+// CUDA backend also needs q, out and workspace 16-byte aligned and the other arrays aligned to
+// their 4-byte elements (an error otherwise).
 // Shape, stride, head-count, dtype and memory-space problems are errors before anything runs.
 // cuda_stream is a cudaStream_t (nullptr = default stream; ignored on the CPU).
 Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream = nullptr);

@@ -367,9 +367,27 @@ Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) 
   if (p.workspace_bytes < 0) {
     return invalid_argument("params.workspace_bytes: expected >= 0, got ", p.workspace_bytes);
   }
-  if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) {
-    return invalid_argument("params.workspace: expected a 16-byte aligned address, got ",
-                            p.workspace);
+  // The kernels move q, out and the workspace in 16-byte pieces and the rest as 4-byte words: a
+  // misaligned pointer would fault on the device, so it is an error here.
+  const struct {
+    const void* ptr;
+    uintptr_t align;
+    const char* name;
+  } aligned[] = {{p.q, 16, "params.q"},
+                 {p.out, 16, "params.out"},
+                 {p.workspace, 16, "params.workspace"},
+                 {p.lse, 4, "params.lse"},
+                 {p.sinks, 4, "params.sinks"},
+                 {p.bad_index_count, 4, "params.bad_index_count"},
+                 {p.swa_indices.data, 4, "params.swa_indices.data"},
+                 {p.swa_indices.lens, 4, "params.swa_indices.lens"},
+                 {p.extra_indices.data, 4, "params.extra_indices.data"},
+                 {p.extra_indices.lens, 4, "params.extra_indices.lens"}};
+  for (const auto& x : aligned) {
+    if (reinterpret_cast<uintptr_t>(x.ptr) % x.align != 0) {
+      return invalid_argument(x.name, ": expected a ", x.align, "-byte aligned address, got ",
+                              x.ptr);
+    }
   }
   if (!stream_capturing(cuda_stream)) SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p));
   if (ds_mla_attention_applies(p)) {

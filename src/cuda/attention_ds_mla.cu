@@ -817,6 +817,39 @@ __device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
   }
 }
 
+// The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
+// way of shared memory: the accumulator fragments go into a [64, 512] bf16 tile over Q's bytes
+// (free once barrier 2 has passed: every QK step done), 1024-byte rows with the 16-byte chunks
+// XOR-ed with row % 8, then the 256 PV threads store whole rows in coalesced 16-byte pieces (the
+// launcher refuses an `out` that is not 16-byte aligned).
+template <class L>
+__device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
+                                           int g, int row, int lane) {
+  const int d0 = 256 * g;
+  uint8_t* tile = c.base + kQOff;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row + 8 * half;
+    if (r >= c.heads) continue;
+    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int col = d0 + j * 8 + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(tile + r * 1024 + (((col >> 3) ^ (r & 7)) << 4) +
+                                   (col & 7) * 2) =
+          pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * ro.factor,
+                    o[j >> 4][4 * (j & 15) + 2 * half + 1] * ro.factor);
+    }
+  }
+  ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
+  uint16_t* dst = a.out + (c.t * a.num_heads + c.h0) * kHeadDim;
+  for (int i = static_cast<int>(threadIdx.x) - 256; i < c.heads * 64; i += 256) {
+    const int r = i >> 6, ch = i & 63;
+    *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =
+        *reinterpret_cast<const uint4*>(tile + r * 1024 + ((ch ^ (r & 7)) << 4));
+  }
+}
+
 // wgmma variant: warpgroup g (0, 1) owns dims 256 g + [0, 256) of all 64 rows, as two halves of
 // 128; per tile and half four m64n128k16 steps: P's hi columns against V, then its lo columns
 // against V again.
@@ -876,15 +909,21 @@ __device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane)
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
   clk.lap(4);
+  if (a.splits == 1 && c.heads > 32) {
+    store_rows(a, c, o, g, row, lane);
+  } else {
+    // Partials and small groups: straight from the fragments (the shared-memory pass measured
+    // slower there; bench/README.md#variant-log, run 26).
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = row + 8 * half;
-    if (r >= c.heads) continue;
-    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      if (r >= c.heads) continue;
+      const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
-           o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+      for (int j = 0; j < 32; ++j) {
+        put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
+             o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+      }
     }
   }
   clk.lap(5);

@@ -563,6 +563,32 @@ TEST(AttentionCuda, HostPointersAreRefusedBeforeLaunch) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The kernels move q and out in 16-byte pieces: a pointer off that alignment (a view starting
+// mid-row) is an error naming the field, never a misaligned access on the device.
+TEST(AttentionCuda, MisalignedPointersAreRefusedBeforeLaunch) {
+  SKIP_WITHOUT_GPU();
+  SmallProblem p(4, 2, 16);
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  SparseAttentionParams bad = dev.params();
+  bad.q = dev.params().q + 1;
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      sparse_attention(bad), {"params.q: expected a 16-byte aligned address"}));
+  bad = dev.params();
+  bad.out = dev.params().out + 4;  // 8 bytes: enough for 4-byte stores, not for 16
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      sparse_attention(bad), {"params.out: expected a 16-byte aligned address"}));
+  bad = dev.params();
+  bad.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(dev.params().lse) + 2);
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
+                                         {"params.lse: expected a 4-byte aligned address"}));
+  bad = dev.params();
+  bad.swa_indices.lens =
+      reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(bad.swa_indices.lens) + 1);
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      sparse_attention(bad), {"params.swa_indices.lens: expected a 4-byte aligned address"}));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   SKIP_WITHOUT_GPU();
   // fp8_ds_mla rows around 2^16 and 2^-110 (scale bytes near 136 and 10) beside ordinary rows;
