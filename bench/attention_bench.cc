@@ -157,15 +157,15 @@ Problem make_pool_problem(const Scenario& s, std::mt19937* rng) {
 }
 
 // Decode: every token its own slots (tokens of one request share as the scenario says).
-Problem make_decode_problem(const Scenario& s, std::mt19937& rng) {
+Problem make_decode_problem(const Scenario& s, std::mt19937* rng) {
   Problem p;
   const int32_t T = s.tokens;
   // SWA: 128-key windows; tokens of one request (group) share all but one key.
   const int64_t swa_slots = int64_t{T} * s.swa_width + 256;
-  make_cache(swa_slots, 256, s.dtype, &rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
+  make_cache(swa_slots, 256, s.dtype, rng, &p.swa_cache, &p.swa_blocks, &p.swa_stride);
   std::vector<int32_t> perm(p.swa_blocks * 256);
   std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  std::shuffle(perm.begin(), perm.end(), *rng);
   p.swa_idx.assign(int64_t{T} * s.swa_width, -1);
   p.swa_lens.assign(T, s.swa_width);
   int64_t next = 0;
@@ -183,11 +183,11 @@ Problem make_decode_problem(const Scenario& s, std::mt19937& rng) {
   if (s.extra_width > 0) {
     const int32_t valid = static_cast<int32_t>(s.extra_width * s.extra_fill);
     const int64_t slots = int64_t{T} * valid + 256;
-    make_cache(slots, s.extra_block, s.dtype, &rng, &p.extra_cache, &p.extra_blocks,
+    make_cache(slots, s.extra_block, s.dtype, rng, &p.extra_cache, &p.extra_blocks,
                &p.extra_stride);
     std::vector<int32_t> eperm(p.extra_blocks * s.extra_block);
     std::iota(eperm.begin(), eperm.end(), 0);
-    std::shuffle(eperm.begin(), eperm.end(), rng);
+    std::shuffle(eperm.begin(), eperm.end(), *rng);
     p.extra_idx.assign(int64_t{T} * s.extra_width, -1);
     p.extra_lens.assign(T, valid);
     int64_t e = 0;
@@ -206,7 +206,7 @@ Problem make_decode_problem(const Scenario& s, std::mt19937& rng) {
 
 Problem make_problem(const Scenario& s, uint32_t seed) {
   std::mt19937 rng(seed);
-  Problem p = s.pool > 0 ? make_pool_problem(s, &rng) : make_decode_problem(s, rng);
+  Problem p = s.pool > 0 ? make_pool_problem(s, &rng) : make_decode_problem(s, &rng);
   const int32_t T = s.tokens;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   p.q.resize(int64_t{T} * s.heads * kHeadDim);
