@@ -180,16 +180,6 @@ Status step_names(const Status& status) {
        {"chunk_plan.chunk_size", "chunk_size"}});
 }
 
-Status compressed_names(const Status& status) {
-  return renamed_fields(status, {{"topk.cache.block_table", "compressed_block_table"},
-                                 {"topk.cache.block_size", "compressed_block_size"},
-                                 {"topk.cache.compress_ratio", "compress_ratio"},
-                                 {"topk.decode_local", "decode_local"},
-                                 {"topk.decode_global", "decode_global"},
-                                 {"topk.prefill_local", "prefill_local"},
-                                 {"topk.cache", "compressed_block_table"}});
-}
-
 // (indices [T, row_width] int32, lens [T] int32, swa_lens [T] int32): md.mixed_matrix().
 std::tuple<nb::object, nb::object, nb::object> mixed_matrix_arrays(const StepArgs& args,
                                                                    nb::handle causal,
@@ -218,9 +208,10 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix_arrays(const StepArg
                       shape.row_width,
                       s.md.window_size,
                       call.space()};
-  throw_if_error(compressed_names(
+  throw_if_error(topk_names(
       step_names(build_mixed_matrix(step, topk, out, {static_cast<int32_t*>(swa_lens.data), rows},
-                                    stream_from(stream, call, nullptr)))));
+                                    stream_from(stream, call, nullptr))),
+      "compressed_block_table", "compressed_block_size"));
   return {indices.array, lens.array, swa_lens.array};
 }
 

@@ -76,16 +76,19 @@ CallPlace output_place(const PyMetadata& m) {
   return call;
 }
 
-// The library names CompressedTopk's fields; Python names the arguments.
-Status topk_names(const Status& status) {
-  return renamed_fields(status, {{"topk.cache.block_table", "block_table"},
-                                 {"topk.cache.block_size", "block_size"},
+}  // namespace
+
+Status topk_names(const Status& status, std::string_view table_name, std::string_view size_name) {
+  return renamed_fields(status, {{"topk.cache.block_table", table_name},
+                                 {"topk.cache.block_size", size_name},
                                  {"topk.cache.compress_ratio", "compress_ratio"},
                                  {"topk.decode_local", "decode_local"},
                                  {"topk.decode_global", "decode_global"},
                                  {"topk.prefill_local", "prefill_local"},
-                                 {"topk.cache", "block_table"}});
+                                 {"topk.cache", table_name}});
 }
+
+namespace {
 
 // (indices [T, S + P] int32, lens [T] int32, swa_lens [T] int32) of one layer: SWA-only by
 // default, or with the layer's compressed top-k.

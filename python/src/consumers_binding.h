@@ -29,6 +29,11 @@ CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call,
                          std::string_view table_name = "block_table",
                          std::string_view size_name = "block_size");
 
+// `status` with CompressedTopk's field names (topk.cache.block_table, ...) replaced by the
+// Python argument names, the compressed cache's block table and block size as given.
+Status topk_names(const Status& status, std::string_view table_name = "block_table",
+                  std::string_view size_name = "block_size");
+
 void bind_consumers(nb::module_& m);
 
 }  // namespace sparse_swa::python

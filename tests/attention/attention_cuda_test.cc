@@ -571,12 +571,12 @@ TEST(AttentionCuda, MisalignedPointersAreRefusedBeforeLaunch) {
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
   SparseAttentionParams bad = dev.params();
   bad.q = dev.params().q + 1;
-  EXPECT_TRUE(testing::IsInvalidArgument(
-      sparse_attention(bad), {"params.q: expected a 16-byte aligned address"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
+                                         {"params.q: expected a 16-byte aligned address"}));
   bad = dev.params();
   bad.out = dev.params().out + 4;  // 8 bytes: enough for 4-byte stores, not for 16
-  EXPECT_TRUE(testing::IsInvalidArgument(
-      sparse_attention(bad), {"params.out: expected a 16-byte aligned address"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
+                                         {"params.out: expected a 16-byte aligned address"}));
   bad = dev.params();
   bad.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(dev.params().lse) + 2);
   EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
