@@ -64,6 +64,13 @@ struct SparseAttentionParams {
   // every call on the same stream (calls on different streams need their own).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+
+  // CUDA only: the device every pointer above lives on, when the caller knows it (it took them
+  // from device tensors, e.g. through DLPack); -1 = unknown. Unknown, the backend asks the driver
+  // about each pointer (cudaPointerGetAttributes, about 0.3 us each) and refuses host memory.
+  // Known, it must be the current device (an error otherwise) and those queries are skipped;
+  // null pointers, shapes and alignment are checked either way.
+  int32_t pointers_device = -1;
 };
 
 // Runs the attention on the backend the views' memory space picks (swa_indices.space): host =

@@ -187,7 +187,8 @@ Status renamed(const Status& status) {
                                  {"params.q", "q"},
                                  {"params.num_heads", "q"},
                                  {"params.num_tokens", "q"},
-                                 {"params.softmax_scale", "scale"}});
+                                 {"params.softmax_scale", "scale"},
+                                 {"params.pointers_device", "the arrays' device"}});
 }
 
 struct AttentionArgs {
@@ -294,6 +295,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
     const auto [workspace, bytes] = attention_workspace(call.place.device_id, stream);
     p.workspace = workspace;
     p.workspace_bytes = bytes;
+    p.pointers_device = call.place.device_id;  // every array came through DLPack from this device
   }
   throw_if_error(renamed(sparse_attention(p, stream)));
   return {out, lse};

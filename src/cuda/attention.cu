@@ -282,34 +282,59 @@ Status launch(const AttentionArgs& args, int64_t num_tokens, cudaStream_t stream
   return check_launch("sparse_attention");
 }
 
+// With `query` false only null pointers are refused (the caller knows the rest is device memory).
+Status check_pointer(const void* ptr, const char* name, bool query) {
+  if (query) return check_device_pointer(ptr, name);
+  if (ptr == nullptr) return invalid_argument(name, ": null device pointer");
+  return Status::Ok();
+}
+
 Status check_segment_pointers(const ConstIndexView& v, const ConstKvCacheView& c,
-                              const char* data_name, const char* lens_name,
-                              const char* cache_name) {
-  if (v.width > 0) SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(v.data, data_name));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(v.lens, lens_name));
-  if (c.num_blocks > 0) SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(c.data, cache_name));
+                              const char* data_name, const char* lens_name, const char* cache_name,
+                              bool query) {
+  if (v.width > 0) SPARSE_SWA_RETURN_IF_ERROR(check_pointer(v.data, data_name, query));
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointer(v.lens, lens_name, query));
+  if (c.num_blocks > 0) SPARSE_SWA_RETURN_IF_ERROR(check_pointer(c.data, cache_name, query));
   return Status::Ok();
 }
 
 // Every pointer the kernel may dereference must be device memory: a host pointer would fault.
-Status check_pointers(const SparseAttentionParams& p) {
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.q, "params.q"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.out, "params.out"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.lse, "params.lse"));
-  if (p.sinks != nullptr) SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.sinks, "params.sinks"));
+// `query` asks the driver about each one (the caller does not know where they live).
+Status check_pointers(const SparseAttentionParams& p, bool query) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.q, "params.q", query));
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.out, "params.out", query));
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.lse, "params.lse", query));
+  if (p.sinks != nullptr) SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.sinks, "params.sinks", query));
   if (p.bad_index_count != nullptr) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.bad_index_count, "params.bad_index_count"));
+    SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.bad_index_count, "params.bad_index_count", query));
   }
   if (p.workspace != nullptr && p.workspace_bytes > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(check_device_pointer(p.workspace, "params.workspace"));
+    SPARSE_SWA_RETURN_IF_ERROR(check_pointer(p.workspace, "params.workspace", query));
   }
   SPARSE_SWA_RETURN_IF_ERROR(
       check_segment_pointers(p.swa_indices, p.swa_cache, "params.swa_indices.data",
-                             "params.swa_indices.lens", "params.swa_cache.data"));
+                             "params.swa_indices.lens", "params.swa_cache.data", query));
   if (p.extra_indices.rows != 0) {
     SPARSE_SWA_RETURN_IF_ERROR(
         check_segment_pointers(p.extra_indices, p.extra_cache, "params.extra_indices.data",
-                               "params.extra_indices.lens", "params.extra_cache.data"));
+                               "params.extra_indices.lens", "params.extra_cache.data", query));
+  }
+  return Status::Ok();
+}
+
+// The pointers' device, when the caller gave it, must be the current one: the kernel runs there.
+Status check_pointers_device(int32_t device) {
+  if (device < 0) return Status::Ok();
+  int current = 0;
+  const cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return internal_error("sparse_attention: cannot read the current device: ",
+                          cudaGetErrorString(err));
+  }
+  if (current != device) {
+    return invalid_argument("params.pointers_device: expected the current device ", current,
+                            ", got ", device);
   }
   return Status::Ok();
 }
@@ -389,7 +414,10 @@ Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) 
                               x.ptr);
     }
   }
-  if (!stream_capturing(cuda_stream)) SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p));
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointers_device(p.pointers_device));
+  // Capture must record kernels only: no driver queries then.
+  const bool query = p.pointers_device < 0 && !stream_capturing(cuda_stream);
+  SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p, query));
   if (ds_mla_attention_applies(p)) {
     return launch_ds_mla_attention(p, static_cast<cudaStream_t>(cuda_stream));
   }
@@ -463,6 +491,7 @@ Status cuda_sparse_attention_from_host(const SparseAttentionParams& hp) {
   const size_t q_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads * kHeadDim;
   const size_t lse_elems = static_cast<size_t>(hp.num_tokens) * hp.num_heads;
   SparseAttentionParams dp = hp;
+  dp.pointers_device = -1;  // the copies below are on the current device; let it check them
   DeviceBuffer<uint8_t> q, out, lse, sinks, bad, swa_idx, swa_lens, swa_cache, ex_idx, ex_lens,
       ex_cache;
   SPARSE_SWA_RETURN_IF_ERROR(upload(hp.q, q_elems * sizeof(uint16_t), "q", &q));

@@ -563,6 +563,38 @@ TEST(AttentionCuda, HostPointersAreRefusedBeforeLaunch) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// A caller that knows its pointers' device (the Python binding, from DLPack) skips the driver
+// queries: the result is the same, and the device, null pointers and alignment are still checked.
+TEST(AttentionCuda, KnownPointerDeviceSkipsTheQueriesButNotTheChecks) {
+  SKIP_WITHOUT_GPU();
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  SmallProblem p(6, 20, 80);
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  SparseAttentionParams known = dev.params();
+  known.pointers_device = device;
+  SPARSE_SWA_ASSERT_OK(sparse_attention(known));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
+  EXPECT_EQ(e.failures, 0) << e.first_failure;
+
+  SparseAttentionParams bad = known;
+  bad.pointers_device = device + 1;
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
+                                         {"params.pointers_device: expected the current device"}));
+  bad = known;
+  bad.out = nullptr;
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad), {"params.out"}));
+  bad = known;
+  bad.swa_indices.lens = nullptr;
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad), {"params.swa_indices", "lens"}));
+  bad = known;
+  bad.out = known.out + 4;
+  EXPECT_TRUE(testing::IsInvalidArgument(sparse_attention(bad),
+                                         {"params.out: expected a 16-byte aligned address"}));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // The kernels move q and out in 16-byte pieces: a pointer off that alignment (a view starting
 // mid-row) is an error naming the field, never a misaligned access on the device.
 TEST(AttentionCuda, MisalignedPointersAreRefusedBeforeLaunch) {
