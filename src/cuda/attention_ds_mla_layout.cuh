@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensor-core attention kernel (src/cuda/attention_ds_mla.cu): its tile sizes, shared-memory
+// layout per cache kind, kernel arguments and per-CTA state, shared by its roles' headers.
+#pragma once
+
+#include <cstdint>
+
+#include "sparse_swa/attention.h"
+#include "sparse_swa/kv_cache.h"
+
+namespace sparse_swa::detail::ds_mla {
+
+constexpr int kKeys = 32;        // keys per tile
+constexpr int kGroupHeads = 64;  // heads per CTA (fewer: zero rows, skipped where possible)
+constexpr int kThreads = 512;    // 4 warpgroups: producer, QK, PV, PV
+// Pipeline depths. SPARSE_SWA_ATTENTION_STAGES=KRP (three digits: K stages, raw stages, P
+// buffers) overrides them in development builds (bench/README.md#variant-log); shared memory
+// allows 242 (the default), 331 or 322.
+#if defined(SPARSE_SWA_ATTENTION_STAGES)
+constexpr int kStageConfig[3] = {SPARSE_SWA_ATTENTION_STAGES / 100,
+                                 SPARSE_SWA_ATTENTION_STAGES / 10 % 10,
+                                 SPARSE_SWA_ATTENTION_STAGES % 10};
+#else
+constexpr int kStageConfig[3] = {2, 4, 2};
+#endif
+// Registers per thread of each role (setmaxnreg); 128 x (producer + QK + 2 PV) = the 64 K
+// registers of the SM. SPARSE_SWA_ATTENTION_PRODUCER_REGS (development builds) moves registers
+// from the PV warpgroups to the producer.
+#if defined(SPARSE_SWA_ATTENTION_PRODUCER_REGS)
+constexpr int kProducerRegs = SPARSE_SWA_ATTENTION_PRODUCER_REGS;
+#else
+constexpr int kProducerRegs = 64;
+#endif
+constexpr int kQkRegs = 80;
+constexpr int kPvRegs = (512 - kProducerRegs - kQkRegs) / 2 / 8 * 8;
+static_assert(kProducerRegs % 8 == 0 && kProducerRegs + kQkRegs + 2 * kPvRegs <= 512);
+constexpr int kBf16TokenBytes = kHeadDim * 2;
+constexpr int kChunks = kDsMlaTokenBytes / 16;  // 36 sixteen-byte pieces per key: 28 e4m3, 8 bf16
+constexpr int kNopeChunks = kNopeDim / 16;
+constexpr int kRawScales = kKeys * kDsMlaTokenBytes;              // scale bytes in a raw stage
+constexpr int kRawStage = kRawScales + kKeys * kDsMlaScaleBytes;  // 18688 bytes
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared memory, in bytes from a 1024-aligned base.
+constexpr int kQBytes = kGroupHeads * kHeadDim * 2;  // [64, 512] bf16, swizzled
+constexpr int kKBytes = kKeys * kHeadDim * 2;        // [32, 512] bf16, swizzled
+// P of a tile: [64 heads, 64] bf16, columns 0-31 the bf16 hi parts of the 32 keys' weights and
+// 32-63 the lo parts, swizzled like a K block (one 128-byte row per head).
+constexpr int kPBytes = kGroupHeads * 128;
+constexpr int kQOff = 0;
+constexpr int kKOff = kQOff + kQBytes;
+
+// The pipeline of one cache kind. fp8_ds_mla: kRawStages gathered tiles in flight (kRawStages - 1
+// ahead), decoded into kKStages bf16 K stages. bf16: rows are copied straight into the K stages
+// (no decode), so the raw stages' room holds two more K stages. kPBufs P tiles between QK and PV.
+template <bool kBf16Cache>
+struct Layout {
+  static constexpr bool kBf16 = kBf16Cache;
+  static constexpr int kKStages = kBf16 ? 4 : kStageConfig[0];
+  static constexpr int kRawStages = kBf16 ? 0 : kStageConfig[1];
+  static constexpr int kPBufs = kStageConfig[2];
+  static constexpr int kPOff = kKOff + kKStages * kKBytes;
+  static constexpr int kRawOff = kPOff + kPBufs * kPBytes;
+  static constexpr int kCorrOff = kRawOff + kRawStages * kRawStage;   // [kPBufs][64] fp32
+  static constexpr int kMlOff = kCorrOff + kPBufs * kGroupHeads * 4;  // [64] (max, sum)
+  static constexpr int kValidKOff = kMlOff + kGroupHeads * 8;         // [kKStages] uint32 masks
+  static constexpr int kValidRawOff = kValidKOff + kKStages * 4;      // [kRawStages][32] bytes
+  static constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers
+  static constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
+  static constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
+  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
+                "swizzled tiles need 1024-byte bases");
+};
+
+// Byte offset of bf16 element (row, col) in a swizzled [rows, 512] tile: 8 column blocks of
+// [rows, 64 values = 128 bytes]; the 16-byte chunk index is XOR-ed with row % 8.
+__device__ __forceinline__ uint32_t sw128(int row, int col, int rows) {
+  return static_cast<uint32_t>((col >> 6) * rows * 128 + row * 128 +
+                               ((((col & 63) >> 3) ^ (row & 7)) << 4) + ((col & 7) << 1));
+}
+
+struct Segment {
+  const int32_t* indices;  // [T, row_stride] slot ids
+  const int32_t* lens;     // [T]
+  int64_t row_stride;
+  int32_t width;
+  uint32_t num_slots;  // clamped to 2^31: an int32 slot id >= it is out of range either way
+  uint32_t block_size;
+  // idx / block_size for idx < 2^31 as (idx * block_magic) >> block_shift (block_divider()).
+  uint64_t block_magic;
+  uint32_t block_shift;
+  const uint8_t* cache;  // [num_blocks, page_stride] bytes
+  int64_t page_stride;
+};
+
+struct Args {
+  const uint16_t* q;   // [T, H, 512] bf16
+  uint16_t* out;       // [T, H, 512] bf16
+  float* lse;          // [T, H] natural log
+  const float* sinks;  // [H] or nullptr
+  int32_t* bad_count;  // [1] or nullptr
+  float* partial_o;    // [splits, T, H, 512] fp32, unnormalised; only when splits > 1
+  float2* partial_ml;  // [splits, T, H] (running max in log2 units, sum of exp2)
+  float scale_log2;    // softmax_scale * log2(e)
+  int64_t num_tokens;
+  int32_t num_heads;
+  int32_t groups;
+  int32_t splits;
+  int32_t num_segments;
+  int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
+  unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
+  Segment seg0, seg1;
+};
+// Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
+// MMAs; the producer skips decoding.
+// 16: per-role cycle accounts (RoleClock, profile builds only), printed after an eager call.
+constexpr int kMaxProfiledCtas = 1024;
+// 32: PV uses P's bf16 hi part only (measures what the lo part costs in time and accuracy).
+// 64 / 128: the decode keeps its conversions but skips its shared-memory stores / reads (codes
+// made up from the thread and tile instead), to tell the three costs apart; profile builds only.
+[[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
+                               kTimeline = 16, kAblatePLo = 32, kAblateDecodeStores = 64,
+                               kAblateDecodeReads = 128;
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+constexpr bool kDecodeAblations = true;
+#else
+constexpr bool kDecodeAblations = false;  // bits 64 and 128 cost nothing outside profile builds
+#endif
+
+// Per-role cycle accounts (development: built with -DSPARSE_SWA_ATTENTION_PROFILE, switched on
+// by ablation bit 16): one thread of each role adds the cycles between laps into slots and stores
+// them once, per CTA, into timeline[1 + (cta * 3 + role) * 8 + slot]; the launcher prints the
+// averages. Without the macro every member is empty and costs nothing.
+struct RoleClock {
+  unsigned long long* out = nullptr;  // this role's 8 slots, or nullptr
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+  long long t = 0;
+  long long acc[8] = {};
+#endif
+  __device__ RoleClock(const Args& a, int role) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (a.timeline != nullptr && (threadIdx.x & 127) == 0) {
+      out = a.timeline + 1 + (static_cast<int64_t>(blockIdx.x) * 3 + role) * 8;
+      t = clock64();
+    }
+#else
+    (void)a;
+    (void)role;
+#endif
+  }
+  __device__ __forceinline__ void lap(int slot) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (out != nullptr) {
+      const long long now = clock64();
+      acc[slot] += now - t;
+      t = now;
+    }
+#else
+    (void)slot;
+#endif
+  }
+  __device__ __forceinline__ void store(int tiles) {
+#if defined(SPARSE_SWA_ATTENTION_PROFILE)
+    if (out != nullptr) {
+      acc[7] = tiles;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = static_cast<unsigned long long>(acc[k]);
+    }
+#else
+    (void)tiles;
+#endif
+  }
+};
+
+template <class L>
+struct Cta {
+  int64_t t;  // query token
+  int h0;     // first head of the group
+  int heads;  // heads of the group, 1..64
+  int split;
+  int32_t len0;    // valid SWA entries (clamped)
+  int64_t total;   // valid entries of both segments
+  int32_t tile0;   // first tile of this split
+  int32_t n;       // tiles of this split
+  uint8_t* base;   // 1024-aligned shared memory
+  uint32_t sbase;  // its shared-window address
+  __device__ uint32_t bar(int i) const { return sbase + L::kBarOff + 8 * i; }
+  __device__ uint32_t k_full(int s) const { return bar(s); }
+  __device__ uint32_t k_empty(int s) const { return bar(L::kKStages + s); }
+  __device__ uint32_t p_full(int b) const { return bar(2 * L::kKStages + b); }
+  __device__ uint32_t p_empty(int b) const { return bar(2 * L::kKStages + L::kPBufs + b); }
+};
+
+}  // namespace sparse_swa::detail::ds_mla

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// The PV role of the tensor-core attention kernel (src/cuda/attention_ds_mla.cu), warpgroups 2-3:
+// O += P V per tile, then the finished rows (or a split's partial rows) to global memory.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_qk.cuh"
+#include "cuda/mma_ptx.cuh"
+
+namespace sparse_swa::detail::ds_mla {
+
+// ---- PV and the stores ----
+
+// Where one output row goes: finished (bf16 out, lse) or, when split, this slice's partial.
+struct RowOut {
+  uint16_t* y = nullptr;  // [512] bf16, or nullptr when partial
+  float* py = nullptr;    // [512] fp32 partial
+  float factor = 0.0f;
+};
+// Row r of the group; `writer` also stores its lse / (max, sum).
+template <class L>
+__device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r, bool writer) {
+  const float2 st = reinterpret_cast<const float2*>(c.base + L::kMlOff)[r];
+  const float m = st.x, l = st.y;
+  const int head = c.h0 + r;
+  const int64_t row = c.t * a.num_heads + head;
+  RowOut o;
+  if (a.splits == 1) {
+    float lse = INFINITY;  // no valid key: out 0, lse +inf
+    if (m != -INFINITY) {
+      lse = (m + log2f(l)) * kLn2;
+      o.factor = 1.0f / l;
+      if (a.sinks != nullptr) o.factor /= 1.0f + expf(a.sinks[head] - lse);
+    }
+    o.y = a.out + row * kHeadDim;
+    if (writer) a.lse[row] = lse;
+  } else {
+    const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
+    o.py = a.partial_o + prow * kHeadDim;
+    o.factor = 1.0f;
+    if (writer) a.partial_ml[prow] = make_float2(m, l);
+  }
+  return o;
+}
+__device__ __forceinline__ void put2(const RowOut& o, int d, float x, float y) {
+  if (o.y != nullptr) {
+    *reinterpret_cast<uint32_t*>(o.y + d) = pack_bf16(x * o.factor, y * o.factor);
+  } else {
+    *reinterpret_cast<float2*>(o.py + d) = make_float2(x, y);
+  }
+}
+
+// m16n8k16 variant: warp v of warpgroups 2-3 owns heads 32 * (v % 2) + [0, 32) and dims
+// 128 * (v / 2) + [0, 128); P and V through ldmatrix.
+template <class L>
+__device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
+  const int row0 = 32 * (v & 1);
+  const int d0 = 128 * (v >> 1);
+  // m-tiles past the group's heads: skipped (warp-uniform).
+  const bool skip = (a.ablate & kAblatePv) != 0;
+  const bool act0 = row0 < c.heads && !skip, act1 = row0 + 16 < c.heads && !skip;
+  float o[2][16][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][nt][e] = 0.0f;
+    }
+  }
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % L::kKStages;
+    const int b = i % L::kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / L::kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / L::kKStages) & 1);
+    const float* corr_s = reinterpret_cast<const float*>(c.base + L::kCorrOff) + b * kGroupHeads;
+    const uint32_t pt = c.sbase + L::kPOff + b * kPBytes;
+    const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      if (!(mi == 0 ? act0 : act1)) continue;
+      const int r = row0 + 16 * mi + (lane >> 2);
+      const float c0 = corr_s[r], c1 = corr_s[r + 8];
+      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+          o[mi][nt][0] *= c0;
+          o[mi][nt][1] *= c0;
+          o[mi][nt][2] *= c1;
+          o[mi][nt][3] *= c1;
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t ph[2][4], pl[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        if (!(mi == 0 ? act0 : act1)) continue;
+        const int r = row0 + 16 * mi + (lane & 15);
+        const int col = kk * 16 + (lane >> 4) * 8;
+        ptx::ldmatrix_x4(ph[mi], pt + sw128(r, col, kGroupHeads));
+        ptx::ldmatrix_x4(pl[mi], pt + sw128(r, kKeys + col, kGroupHeads));
+      }
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t vb[4];
+        ptx::ldmatrix_x4_trans(vb, k_base + sw128(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                  d0 + np * 16 + (lane >> 4) * 8, kKeys));
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          if (!(mi == 0 ? act0 : act1)) continue;
+          ptx::mma_bf16_16816(o[mi][2 * np], ph[mi], vb[0], vb[1]);
+          ptx::mma_bf16_16816(o[mi][2 * np], pl[mi], vb[0], vb[1]);
+          ptx::mma_bf16_16816(o[mi][2 * np + 1], ph[mi], vb[2], vb[3]);
+          ptx::mma_bf16_16816(o[mi][2 * np + 1], pl[mi], vb[2], vb[3]);
+        }
+      }
+    }
+    ptx::mbar_arrive(c.p_empty(b));
+    ptx::mbar_arrive(c.k_empty(stage));
+  }
+  ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + 16 * mi + (lane >> 2) + 8 * half;
+      if (r >= c.heads) continue;
+      const RowOut ro = row_out(a, c, r, d0 == 0 && (lane & 3) == 0);
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        put2(ro, d0 + nt * 8 + 2 * (lane & 3), o[mi][nt][2 * half], o[mi][nt][2 * half + 1]);
+      }
+    }
+  }
+}
+
+// The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
+// way of shared memory: the accumulator fragments go into a [64, 512] bf16 tile over Q's bytes
+// (free once barrier 2 has passed: every QK step done), 1024-byte rows with the 16-byte chunks
+// XOR-ed with row % 8, then the 256 PV threads store whole rows in coalesced 16-byte pieces (the
+// launcher refuses an `out` that is not 16-byte aligned).
+template <class L>
+__device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
+                                           int g, int row, int lane) {
+  const int d0 = 256 * g;
+  uint8_t* tile = c.base + kQOff;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row + 8 * half;
+    if (r >= c.heads) continue;
+    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int col = d0 + j * 8 + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(tile + r * 1024 + (((col >> 3) ^ (r & 7)) << 4) +
+                                   (col & 7) * 2) =
+          pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * ro.factor,
+                    o[j >> 4][4 * (j & 15) + 2 * half + 1] * ro.factor);
+    }
+  }
+  ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
+  uint16_t* dst = a.out + (c.t * a.num_heads + c.h0) * kHeadDim;
+  for (int i = static_cast<int>(threadIdx.x) - 256; i < c.heads * 64; i += 256) {
+    const int r = i >> 6, ch = i & 63;
+    *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =
+        *reinterpret_cast<const uint4*>(tile + r * 1024 + ((ch ^ (r & 7)) << 4));
+  }
+}
+
+// wgmma variant: warpgroup g (0, 1) owns dims 256 g + [0, 256) of all 64 rows, as two halves of
+// 128; per tile and half four m64n128k16 steps: P's hi columns against V, then its lo columns
+// against V again.
+template <class L>
+__device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane) {
+  const int d0 = 256 * g;
+  const int row = 16 * w + (lane >> 2);  // and row + 8
+  const bool skip = (a.ablate & kAblatePv) != 0;
+  RoleClock clk(a, g == 0 ? 2 : 3);  // slots: waits, rescale, MMAs, arrives, end wait, stores
+  if (g != 0) clk.out = nullptr;     // warpgroup 2 only
+  float o[2][64];
+#pragma unroll
+  for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
+  for (int i = 0; i < c.n; ++i) {
+    const int stage = i % L::kKStages;
+    const int b = i % L::kPBufs;
+    ptx::mbar_wait(c.p_full(b), (i / L::kPBufs) & 1);
+    ptx::mbar_wait(c.k_full(stage), (i / L::kKStages) & 1);
+    clk.lap(0);
+    const float* corr_s = reinterpret_cast<const float*>(c.base + L::kCorrOff) + b * kGroupHeads;
+    const float c0 = corr_s[row], c1 = corr_s[row + 8];
+    if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[h][4 * j] *= c0;
+          o[h][4 * j + 1] *= c0;
+          o[h][4 * j + 2] *= c1;
+          o[h][4 * j + 3] *= c1;
+        }
+      }
+    }
+    clk.lap(1);
+    if (!skip) {
+      const uint32_t pt = c.sbase + L::kPOff + b * kPBytes;
+      const uint32_t vt = c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (j >= 2 && (a.ablate & kAblatePLo)) break;
+          const uint64_t da = ptx::sw128_desc(pt + j * 32);
+          const uint64_t db =
+              ptx::sw128_desc(vt + h * 2 * (kKeys * 128) + (j & 1) * 2048, kKeys * 128, 1024);
+          ptx::wgmma_m64n128k16_bt(o[h], da, db, true);
+        }
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+    }
+    clk.lap(2);
+    ptx::mbar_arrive(c.p_empty(b));
+    ptx::mbar_arrive(c.k_empty(stage));
+    clk.lap(3);
+  }
+  ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
+  clk.lap(4);
+  if (a.splits == 1 && c.heads > 32) {
+    store_rows(a, c, o, g, row, lane);
+  } else {
+    // Partials and small groups: straight from the fragments (the shared-memory pass measured
+    // slower there; bench/README.md#variant-log, run 26).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      if (r >= c.heads) continue;
+      const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
+             o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+      }
+    }
+  }
+  clk.lap(5);
+  clk.store(c.n);
+}
+
+}  // namespace sparse_swa::detail::ds_mla
