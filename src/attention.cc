@@ -48,6 +48,11 @@ Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
   if (!std::isfinite(p.softmax_scale)) {
     return invalid_argument("params.softmax_scale: expected a finite value, got ", p.softmax_scale);
   }
+  if (p.kernel != AttentionKernel::kAuto && p.kernel != AttentionKernel::kDecode &&
+      p.kernel != AttentionKernel::kPrefill) {
+    return invalid_argument("params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), got ",
+                            static_cast<int32_t>(p.kernel));
+  }
   if (p.num_tokens > std::numeric_limits<int64_t>::max() / (int64_t{p.num_heads} * kHeadDim)) {
     return invalid_argument("params.num_tokens: ", p.num_tokens, " tokens * ", p.num_heads,
                             " heads * ", kHeadDim, " values overflows int64");
@@ -91,6 +96,10 @@ Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream) 
 
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params) {
   return detail::cuda_sparse_attention_workspace_bytes(params);
+}
+
+AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params) {
+  return detail::cuda_sparse_attention_kernel(params);
 }
 
 int64_t sparse_attention_max_workspace_bytes() {

@@ -170,6 +170,8 @@ Status cpu_sparse_attention_reference(const SparseAttentionParams& p, double* ou
 Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);
 // sparse_attention_workspace_bytes(): 0 without a CUDA build or device.
 int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p);
+// sparse_attention_kernel(): kAuto without a CUDA build or device.
+AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams& p);
 // sparse_attention_max_workspace_bytes(): 0 without a CUDA build or device.
 int64_t cuda_sparse_attention_max_workspace_bytes();
 // Copies host params to the device, runs, copies out, lse and the bad-index count back.

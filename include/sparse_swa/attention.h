@@ -35,6 +35,11 @@ namespace sparse_swa {
 inline constexpr int32_t kMaxAttentionHeads = 128;
 inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.5
 
+// Which CUDA kernel runs a call (docs/design.md#attention-kernels): kAuto chooses from the shapes;
+// kDecode (split-KV, for few tokens) and kPrefill (for many tokens with many keys each) force one,
+// for tests and measurements. Forcing a kernel that cannot take the call is an error.
+enum class AttentionKernel : int32_t { kAuto = 0, kDecode = 1, kPrefill = 2 };
+
 struct SparseAttentionParams {
   int64_t num_tokens = 0;  // T
   int32_t num_heads = 0;   // H, 1..128
@@ -71,6 +76,9 @@ struct SparseAttentionParams {
   // Known, it must be the current device (an error otherwise) and those queries are skipped;
   // null pointers, shapes and alignment are checked either way.
   int32_t pointers_device = -1;
+
+  // CUDA only: the kernel choice (above); the CPU reference has one path.
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 // Runs the attention on the backend the views' memory space picks (swa_indices.space): host =
@@ -84,6 +92,12 @@ Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream =
 // Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths) on the current
 // device: 0 when it would not split the keys, without a CUDA build or without a device.
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
+
+// The kernel the CUDA backend runs for these params (shapes, cache dtypes, params.kernel) on the
+// current device: kDecode or kPrefill for the tensor-core kernels, kAuto for the general kernel,
+// for params it would refuse, or without a CUDA build or device. The prefill kernel rounds P to
+// bf16 once before P V (docs/design.md#attention-precision).
+AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params);
 
 // The most sparse_attention_workspace_bytes() gives for any shape on the current device (the
 // split-KV planner fills the SMs once, so the bound depends on the device only): a workspace of

@@ -24,7 +24,8 @@ if has tests; then
   done
 fi
 if has bench; then
-  timeout 300 "$B/sparse_swa_attention_bench" --json "$OUT/attention_bench.json" \
+  # BENCH_ARGS: e.g. "--filter prefill --kernel decode".
+  timeout 300 "$B/sparse_swa_attention_bench" --json "$OUT/attention_bench.json" ${BENCH_ARGS:-} \
     2>&1 | tee "$OUT/attention_bench.txt"
 fi
 if has variants; then
@@ -63,7 +64,7 @@ if has ncu; then
   for shape in ${NCU_SHAPES:-flash_h64_b64}; do
     timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-      --section LaunchStats -k regex:ds_mla_attention --launch-skip 1 --launch-count 1 \
+      --section LaunchStats -k regex:${NCU_KERNEL:-ds_mla_attention} --launch-skip 1 --launch-count 1 \
       "$B/sparse_swa_attention_bench" --only "$shape" --runs 2 >"$OUT/ncu_$shape.txt" 2>&1
     echo "ncu $shape: exit $?"
     grep -E "Duration|Throughput|Pipe|Stall|Registers|Achieved Occupancy|Bank|Executed Ipc" \
@@ -73,7 +74,7 @@ fi
 if has ncusrc; then
   # Per-instruction stall samples of one launch (SASS with the samples' columns, CSV).
   shape=${NCU_SHAPES:-flash_h64_b64}
-  timeout 240 ncu --clock-control none --set full --import-source no -k regex:ds_mla_attention \
+  timeout 240 ncu --clock-control none --set full --import-source no -k regex:${NCU_KERNEL:-ds_mla_attention} \
     --launch-skip 1 --launch-count 1 -f -o /tmp/prof "$B/sparse_swa_attention_bench" \
     --only "$shape" --runs 2 >/tmp/ncusrc.log 2>&1
   echo "ncu source: exit $?"; tail -3 /tmp/ncusrc.log
@@ -87,8 +88,10 @@ if has sanitize; then
   # page size 2, both cache kinds) under each tool; racecheck on the smaller cases (it runs far slower).
   for tool in memcheck initcheck racecheck; do
     filter='SplitShapes/*:SplitBf16Shapes/*:PrefillShapes/*H8*:PrefillShapes/*H1_*:AttentionCuda.*'
+    filter+=':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:PrefillKernelShapes/*H8_*'
     [[ $tool == racecheck ]] &&
-      filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'
+      filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
+':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*'
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/sparse_swa_tests" --gtest_filter="$filter" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"

@@ -418,6 +418,7 @@ Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream) 
   // Capture must record kernels only: no driver queries then.
   const bool query = p.pointers_device < 0 && !stream_capturing(cuda_stream);
   SPARSE_SWA_RETURN_IF_ERROR(check_pointers(p, query));
+  if (p.kernel != AttentionKernel::kAuto) SPARSE_SWA_RETURN_IF_ERROR(check_forced_ds_mla_kernel(p));
   if (ds_mla_attention_applies(p)) {
     return launch_ds_mla_attention(p, static_cast<cudaStream_t>(cuda_stream));
   }
@@ -467,6 +468,21 @@ int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p) {
     return 0;
   }
   return plan_ds_mla_attention(p, num_sms, -1).workspace_bytes;
+}
+
+AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams& p) {
+  if (!ds_mla_attention_applies(p)) return AttentionKernel::kAuto;
+  if (p.kernel != AttentionKernel::kAuto) {
+    return check_forced_ds_mla_kernel(p).ok() ? p.kernel : AttentionKernel::kAuto;
+  }
+  int device = 0, num_sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return AttentionKernel::kAuto;
+  }
+  return plan_ds_mla_attention(p, num_sms, -1).prefill ? AttentionKernel::kPrefill
+                                                       : AttentionKernel::kDecode;
 }
 
 int64_t cuda_sparse_attention_max_workspace_bytes() {

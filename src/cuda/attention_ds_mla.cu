@@ -317,6 +317,10 @@ bool applies(const SparseAttentionParams& p) {
 constexpr int64_t kMinTilesToSplit = 8;
 constexpr int64_t kMinSliceTiles = 2;
 
+// The prefill kernel takes bf16 calls whose tokens x head groups fill the SMs by themselves
+// (no split would be planned) and whose rows have at least kMinPrefillKeys keys.
+constexpr int64_t kMinPrefillKeys = 128;
+
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
@@ -324,6 +328,12 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   const int64_t ctas = p.num_tokens * plan.groups;
   const int64_t max_keys =
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
+  const bool bf16 = p.swa_cache.dtype == CacheDtype::kBf16;
+  if (p.kernel == AttentionKernel::kPrefill || (p.kernel == AttentionKernel::kAuto && bf16 &&
+                                                ctas >= num_sms && max_keys >= kMinPrefillKeys)) {
+    plan.prefill = true;
+    return plan;
+  }
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
   if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
   // Fill the SMs once, each slice with at least kMinSliceTiles tiles.
@@ -334,6 +344,28 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   plan.splits = static_cast<int32_t>(splits);
   plan.workspace_bytes = splits * row_bytes;
   return plan;
+}
+
+Status check_forced(const SparseAttentionParams& p) {
+  if (!kernel_loaded_for_device()) {
+    return invalid_argument(
+        "params.kernel: the tensor-core kernels need an sm_90 device; this one runs the general "
+        "kernel (leave params.kernel at kAuto)");
+  }
+  const CacheDtype d = p.swa_cache.dtype;
+  const bool alike = p.extra_indices.rows == 0 || p.extra_cache.dtype == d;
+  if ((d != CacheDtype::kFp8DsMla && d != CacheDtype::kBf16) || !alike) {
+    return invalid_argument(
+        "params.kernel: the tensor-core kernels read fp8_ds_mla or bf16 caches, both segments "
+        "alike, got ",
+        cache_dtype_name(d), " and ",
+        p.extra_indices.rows == 0 ? "no extra segment" : cache_dtype_name(p.extra_cache.dtype));
+  }
+  if (p.kernel == AttentionKernel::kPrefill && d != CacheDtype::kBf16) {
+    return invalid_argument("params.kernel: the prefill kernel reads bf16 caches, got ",
+                            cache_dtype_name(d));
+  }
+  return Status::Ok();
 }
 
 Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
@@ -378,6 +410,14 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
                             p.num_heads, " heads, got ", p.num_tokens);
   }
+  if (plan.prefill) {
+    SPARSE_SWA_RETURN_IF_ERROR(launch_prefill(a, stream));
+    err = cudaGetLastError();
+    if (err != cudaSuccess) {
+      return internal_error("sparse_attention: kernel launch failed: ", cudaGetErrorString(err));
+    }
+    return Status::Ok();
+  }
   static unsigned long long* timeline = nullptr;
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
   const bool record = (ablate & kTimeline) && !stream_capturing(stream);
@@ -421,6 +461,10 @@ DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
 
 Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stream) {
   return ds_mla::launch(p, stream);
+}
+
+Status check_forced_ds_mla_kernel(const SparseAttentionParams& p) {
+  return ds_mla::check_forced(p);
 }
 
 }  // namespace sparse_swa::detail

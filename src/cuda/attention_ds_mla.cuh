@@ -15,8 +15,9 @@ namespace sparse_swa::detail {
 // (`group_heads`) and one of `splits` contiguous slices of the token's key list.
 struct DsMlaPlan {
   int32_t group_heads = 0;
-  int32_t groups = 0;  // ceil(H / group_heads) CTAs per token and split
-  int32_t splits = 1;  // > 1 only with a workspace of workspace_bytes
+  int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
+  int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
+  bool prefill = false;  // the prefill kernel (never split) instead of the decode kernel
   int64_t workspace_bytes = 0;
 };
 
@@ -24,6 +25,11 @@ struct DsMlaPlan {
 // segment a bf16 cache, and the
 // device runs its sm_90a machine code (elsewhere the general kernel of attention.cu runs).
 bool ds_mla_attention_applies(const SparseAttentionParams& p);
+
+// OK when the kernel params.kernel forces can take the call: the tensor-core kernels need the
+// sm_90a code and fp8_ds_mla or bf16 caches (both segments alike); the prefill kernel reads bf16
+// caches only. Otherwise INVALID_ARGUMENT naming params.kernel.
+Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from
 // device data: splits only when tokens x head groups leave SMs idle, and never more than the

@@ -113,6 +113,9 @@ struct Args {
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
 };
+// The prefill kernel (attention_ds_mla_prefill.cu) on a bf16 cache, unsplit.
+Status launch_prefill(const Args& a, cudaStream_t stream);
+
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.
 // 16: per-role cycle accounts (RoleClock, profile builds only), printed after an eager call.

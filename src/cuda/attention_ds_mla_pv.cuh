@@ -145,7 +145,7 @@ __device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
 // launcher refuses an `out` that is not 16-byte aligned).
 template <class L>
 __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
-                                           int g, int row, int lane) {
+                                           int g, int row, int lane, int tid256) {
   const int d0 = 256 * g;
   uint8_t* tile = c.base + kQOff;
 #pragma unroll
@@ -164,10 +164,36 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
   }
   ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
   uint16_t* dst = a.out + (c.t * a.num_heads + c.h0) * kHeadDim;
-  for (int i = static_cast<int>(threadIdx.x) - 256; i < c.heads * 64; i += 256) {
+  for (int i = tid256; i < c.heads * 64; i += 256) {
     const int r = i >> 6, ch = i & 63;
     *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =
         *reinterpret_cast<const uint4*>(tile + r * 1024 + ((ch ^ (r & 7)) << 4));
+  }
+}
+
+// The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8, the
+// m64n128 layout of two halves), finished or partial; tid256 = the thread's index among the 256
+// threads of the two warpgroups that hold a group's O.
+template <class L>
+__device__ __forceinline__ void write_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
+                                           int g, int row, int lane, int tid256) {
+  const int d0 = 256 * g;
+  if (a.splits == 1 && c.heads > 32) {
+    store_rows(a, c, o, g, row, lane, tid256);
+  } else {
+    // Partials and small groups: straight from the fragments (the shared-memory pass measured
+    // slower there; bench/README.md#variant-log, run 26).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      if (r >= c.heads) continue;
+      const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
+             o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+      }
+    }
   }
 }
 
@@ -230,23 +256,7 @@ __device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane)
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
   clk.lap(4);
-  if (a.splits == 1 && c.heads > 32) {
-    store_rows(a, c, o, g, row, lane);
-  } else {
-    // Partials and small groups: straight from the fragments (the shared-memory pass measured
-    // slower there; bench/README.md#variant-log, run 26).
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row + 8 * half;
-      if (r >= c.heads) continue;
-      const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
-             o[j >> 4][4 * (j & 15) + 2 * half + 1]);
-      }
-    }
-  }
+  write_rows(a, c, o, g, row, lane, static_cast<int>(threadIdx.x) - 256);
   clk.lap(5);
   clk.store(c.n);
 }

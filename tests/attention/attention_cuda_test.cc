@@ -194,13 +194,15 @@ struct Shape {
   CacheDtype swa_dtype, extra_dtype;
   bool sinks;
   bool split = false;  // give the call a workspace, so small batches split their keys
+  AttentionKernel kernel = AttentionKernel::kAuto;
 };
 
 std::string describe(const Shape& s) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s", s.heads, s.width,
+  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s%s", s.heads, s.width,
                 s.extra_width, s.swa_block, s.extra_block, s.tokens, cache_dtype_name(s.swa_dtype),
-                cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "");
+                cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "",
+                s.kernel == AttentionKernel::kPrefill ? " prefill" : "");
   return buf;
 }
 
@@ -247,15 +249,19 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
     hp.extra_indices = extra_rows.view();
   }
   hp.sinks = s.sinks ? sinks.data() : nullptr;
+  hp.kernel = s.kernel;
 
   DeviceProblem dev(hp, swa, swa_rows, has_extra ? &extra : nullptr,
                     has_extra ? &extra_rows : nullptr, q, sinks, s.split);
   if (s.split) {
     EXPECT_GT(dev.params().workspace_bytes, 0) << describe(s) << ": expected a split plan";
   }
+  const AttentionKernel kernel = sparse_attention_kernel(dev.params());
+  if (s.kernel != AttentionKernel::kAuto) EXPECT_EQ(kernel, s.kernel) << describe(s);
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(hp, dev.out(), dev.lse(), kernel == AttentionKernel::kPrefill);
   EXPECT_EQ(e.failures, 0) << describe(s) << ": " << e.failures
                            << " elements out of tolerance; first: " << e.first_failure;
   EXPECT_EQ(dev.bad_count(), 0);
@@ -275,7 +281,8 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   return "H" + std::to_string(s.heads) + "_W" + std::to_string(s.width) + "_E" +
          std::to_string(s.extra_width) + "_B" + std::to_string(s.swa_block) + "x" +
          std::to_string(s.extra_block) + "_T" + std::to_string(s.tokens) + "_" +
-         cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "");
+         cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "") +
+         (s.kernel == AttentionKernel::kPrefill ? "_prefill" : "");
 }
 
 // Every listed value of every axis appears; heads 3, 20 and 100 check head counts that are not
@@ -337,6 +344,23 @@ INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                                            Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
                                            Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true}),
                          shape_name);
+
+// The prefill kernel, forced (bf16 caches): heads 1..128 (not multiples of 16 too), widths 1 to
+// 2048 (odd 64-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens 0,
+// full and between, -1 holes (fill_rows).
+constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
+INSTANTIATE_TEST_SUITE_P(
+    PrefillKernelShapes, AttentionCudaVsCpu,
+    ::testing::Values(Shape{1, 1, 0, 2, 0, 40, kBf, kBf, false, false, kPre},
+                      Shape{8, 63, 640, 64, 2, 64, kBf, kBf, true, false, kPre},
+                      Shape{16, 640, 0, 256, 0, 48, kBf, kBf, false, false, kPre},
+                      Shape{64, 128, 512, 64, 64, 96, kBf, kBf, true, false, kPre},
+                      Shape{100, 1152, 0, 2, 0, 20, kBf, kBf, false, false, kPre},
+                      Shape{128, 128, 1024, 64, 256, 24, kBf, kBf, true, false, kPre},
+                      Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kPre},
+                      Shape{3, 200, 100, 64, 2, 33, kBf, kBf, true, false, kPre},
+                      Shape{128, 1, 63, 2, 256, 30, kBf, kBf, false, false, kPre}),
+    shape_name);
 
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {
@@ -670,6 +694,61 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse());
+  EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
+TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
+  SKIP_WITHOUT_GPU();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  HostCache bf(kBf, 64, 256, 7);
+  IndexRows many(sms, 640, 640), few(sms - 1, 640, 640), narrow(sms, 127, 127);
+  std::vector<uint16_t> q = random_q(int64_t{sms} * 64, 8);
+  SparseAttentionParams p;
+  p.num_heads = 64;
+  p.q = q.data();
+  p.swa_cache = bf.view();
+  p.swa_cache.space = MemorySpace::kDevice;  // views only: nothing runs
+  auto kernel_for = [&](const IndexRows& rows, CacheDtype dtype, AttentionKernel forced) {
+    p.num_tokens = rows.rows;
+    p.swa_indices = rows.view();
+    p.swa_indices.space = MemorySpace::kDevice;
+    p.swa_cache.dtype = dtype;
+    p.kernel = forced;
+    return sparse_attention_kernel(p);
+  };
+  const AttentionKernel kAuto = AttentionKernel::kAuto, kDec = AttentionKernel::kDecode;
+  if (kernel_for(many, kBf, kAuto) == kAuto) GTEST_SKIP() << "no sm_90a code for this device";
+  // bf16 tokens x head groups that fill the SMs, 128 keys or more: the prefill kernel.
+  EXPECT_EQ(kernel_for(many, kBf, kAuto), kPre);
+  EXPECT_EQ(kernel_for(few, kBf, kAuto), kDec);
+  EXPECT_EQ(kernel_for(narrow, kBf, kAuto), kDec);
+  EXPECT_EQ(kernel_for(many, kDs, kAuto), kDec);  // fp8_ds_mla: the decode kernel
+  EXPECT_EQ(kernel_for(many, kBf, kDec), kDec);
+  EXPECT_EQ(kernel_for(few, kBf, kPre), kPre);
+  EXPECT_EQ(kernel_for(many, kDs, kPre), kAuto);  // refused (below)
+  EXPECT_EQ(kernel_for(many, kE4, kDec), kAuto);  // the general kernel's cache
+}
+
+TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
+  SKIP_WITHOUT_GPU();
+  SmallProblem p(16, 4, 64);  // fp8_ds_mla
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  SparseAttentionParams bad = dev.params();
+  if (sparse_attention_kernel(bad) == AttentionKernel::kAuto) GTEST_SKIP() << "no sm_90a code";
+  bad.kernel = AttentionKernel::kPrefill;
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      sparse_attention(bad),
+      {"params.kernel", "the prefill kernel reads bf16 caches, got fp8_ds_mla"}));
+  bad.kernel = static_cast<AttentionKernel>(7);
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      sparse_attention(bad), {"params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), "
+                              "got 7"}));
+  bad.kernel = AttentionKernel::kDecode;
+  SPARSE_SWA_EXPECT_OK(sparse_attention(bad));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 

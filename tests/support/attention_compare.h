@@ -3,7 +3,8 @@
 // soak (tests/soak/). Elementwise: |cuda - ref_double| <= 2 * |ref_float - ref_double| + 1e-3,
 // where ref_double is sparse_attention_reference() and ref_float a plain fp32 computation over the
 // same bf16 inputs that rounds its output to bf16; lse the same way, +inf exactly; NaN never
-// passes. No gtest here: failures are counted and the first one described.
+// passes. bf16_p (kernels that round P to bf16 once): plus 2^-8 (weighted mean of |V| + |ref|). No
+// gtest here: failures are counted and the first one described.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,10 @@
 
 namespace sparse_swa::testing {
 
-// The plain fp32 reference (host params): out [T, H, 512] as floats, lse [T, H].
-void float_attention_reference(const SparseAttentionParams& p, float* out, float* lse);
+// The plain fp32 reference (host params): out [T, H, 512] as floats, lse [T, H]; abs_out (or
+// nullptr) [T, H, 512] the same weighted mean of |V| (the scale of P's rounding error).
+void float_attention_reference(const SparseAttentionParams& p, float* out, float* lse,
+                               float* abs_out = nullptr);
 
 struct AttentionComparison {
   double max_err = 0, max_float_ref_err = 0, max_lse_err = 0;
@@ -25,8 +28,9 @@ struct AttentionComparison {
 
 // Compares CUDA outputs (bf16 bits, fp32 lse) of the call `hp` describes (host views) with both
 // references, over the tokens in parallel threads. A reference that fails counts as a failure.
+// bf16_p: sparse_attention_kernel(params) == AttentionKernel::kPrefill for the call compared.
 AttentionComparison compare_attention(const SparseAttentionParams& hp,
                                       const std::vector<uint16_t>& cuda_out,
-                                      const std::vector<float>& cuda_lse);
+                                      const std::vector<float>& cuda_lse, bool bf16_p = false);
 
 }  // namespace sparse_swa::testing

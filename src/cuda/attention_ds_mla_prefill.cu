@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: Apache-2.0
+// The prefill kernel of the tensor-core attention, for calls whose tokens fill the SMs without
+// splitting their keys (attention_ds_mla.cu chooses; docs/design.md#attention-kernels). sm_90a
+// only; semantics as the decode kernel's, but P is rounded to bf16 once before P V (one part,
+// not the decode kernel's two), which bounds the output's extra error by 2^-9 times the
+// weighted mean of |V| (docs/design.md#attention-precision).
+//
+// One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
+// 64 keys, two at a time (a pair p = blocks 2p and 2p + 1), by three warpgroups:
+//   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w from K buffer w (wgmma m64n64k16, Q and
+//       K in shared memory); the two exchange their blocks' row maxima, so that both rescale by
+//       one running max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64
+//       rows) += P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared
+//       memory). Each warpgroup's tensor-core work per pair is the same.
+//   producer (warpgroup 2)  bf16 rows by cp.async into the two K buffers (masked keys as zero
+//       rows; an odd block count ends on an all-masked block), each buffer as two halves of 256
+//       dims with barriers of their own: half h of a buffer is read last by math warpgroup h's P V,
+//       so it is refilled as soon as that one is done, in the order the halves come free.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
+
+#include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_pv.cuh"
+#include "cuda/attention_ds_mla_qk.cuh"
+#include "cuda/cuda_utils.h"
+#include "cuda/mma_ptx.cuh"
+#include "sparse_swa/kv_cache.h"
+
+namespace sparse_swa::detail::ds_mla {
+namespace {
+
+constexpr int kBlockKeys = 64;
+constexpr int kPrefillThreads = 384;
+// setmaxnreg: 168 registers at entry (384 threads); the producer gives 112 to the math threads.
+constexpr int kMathRegs = 224, kCopyRegs = 56;
+static_assert(2 * kMathRegs + kCopyRegs == 3 * 168);
+
+// Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
+struct PrefillLayout {
+  static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
+  static constexpr int kColBlock = kBlockKeys * 128;           // one [64, 64 dims] column block
+  static constexpr int kKOff = kQOff + kQBytes;                // K buffers 0, 1
+  static constexpr int kPOff = kKOff + 2 * kBufBytes;  // [2][64 heads, 64 keys] bf16, swizzled
+  static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32 row maxima of a pair
+  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
+  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
+  static constexpr int kBarOff = kMaskOff + 16;            // ready[2][2], free[2][2] mbarriers
+  static constexpr size_t kSmem = kBarOff + 8 * 8 + 1024;  // + alignment slack
+  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes % 1024 == 0);
+};
+using PL = PrefillLayout;
+
+// Buffer b's half h (dims 256 h + [0, 256)) holds its block's rows: cp.async arrivals of the 128
+// producer threads (+ 4 mask stores on half 0). Free: math warpgroup h is done reading it.
+__device__ __forceinline__ uint32_t ready_bar(const Cta<PL>& c, int b, int h) {
+  return c.sbase + PL::kBarOff + 8 * (2 * b + h);
+}
+__device__ __forceinline__ uint32_t free_bar(const Cta<PL>& c, int b, int h) {
+  return c.sbase + PL::kBarOff + 8 * (4 + 2 * b + h);
+}
+
+// ---- producer ----
+
+// The index entry of key `key` of block b, or -1 past the block list or the token's total.
+__device__ __forceinline__ int32_t block_index(const Args& a, const Cta<PL>& c, int b, int key) {
+  const int64_t j = int64_t{b} * kBlockKeys + key;
+  if (b >= c.n || j >= c.total) return -1;
+  const bool swa = j < c.len0;
+  const Segment& s = swa ? a.seg0 : a.seg1;
+  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+}
+
+// The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
+// (head group 0, by the thread that passes `counter`).
+__device__ __forceinline__ const uint8_t* block_row(const Args& a, const Cta<PL>& c, int b, int key,
+                                                    int32_t idx, bool counter) {
+  if (idx == -1) return nullptr;
+  const int64_t j = int64_t{b} * kBlockKeys + key;
+  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
+  if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
+    const uint32_t block =
+        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
+    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
+    return s.cache + static_cast<int64_t>(block) * s.page_stride +
+           static_cast<int64_t>(offset) * kBf16TokenBytes;
+  }
+  if (counter && c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
+  return nullptr;
+}
+
+// Half h of buffer b from the row (two threads per key, 16 chunks of 8 dims each), zeros for a
+// masked key; then this thread's arrival on ready(b, h) once its copies land.
+__device__ __forceinline__ void fill_half(const Cta<PL>& c, int b, int h, int key, int part,
+                                          const uint8_t* row, const void* any_global) {
+  const uint32_t dst = c.sbase + PL::kKOff + b * PL::kBufBytes;
+  const bool valid = row != nullptr;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const int ch = 32 * h + part + 2 * r;
+    ptx::cp_async_16_or_zero(dst + sw128(key, ch * 8, kBlockKeys),
+                             valid ? static_cast<const void*>(row + ch * 16) : any_global, valid);
+  }
+  ptx::cp_async_mbar_arrive(ready_bar(c, b, h));
+}
+
+// Buffer b's valid-key mask (bit k: key k), one 16-bit piece per warp, on ready(b, 0).
+__device__ __forceinline__ void publish_mask(const Cta<PL>& c, int b, int tid, bool valid) {
+  const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 1) == 0 && valid);
+  if ((tid & 31) == 0) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) bits |= ((lanes >> (2 * k)) & 1u) << k;
+    *reinterpret_cast<uint16_t*>(c.base + PL::kMaskOff + 8 * b + 2 * (tid >> 5)) =
+        static_cast<uint16_t>(bits);
+    ptx::mbar_arrive(ready_bar(c, b, 0));
+  }
+}
+
+__device__ void prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
+  const int key = tid >> 1, part = tid & 1;
+  const void* any_global = a.q;
+  int32_t idx0 = block_index(a, c, 0, key), idx1 = block_index(a, c, 1, key);
+  for (int p = 0; 2 * p < c.n; ++p) {
+    // The next pair's entries are in flight while this pair is copied.
+    const int32_t next0 = block_index(a, c, 2 * p + 2, key);
+    const int32_t next1 = block_index(a, c, 2 * p + 3, key);
+    const uint8_t* r0 = block_row(a, c, 2 * p, key, idx0, part == 0);
+    const uint8_t* r1 = block_row(a, c, 2 * p + 1, key, idx1, part == 0);
+    const uint32_t parity = (p - 1) & 1;  // the previous pair's use of each half
+    // Halves in the order they come free: each warpgroup's own block first (its P V from
+    // registers), then the other's.
+    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
+    publish_mask(c, 0, tid, r0 != nullptr);
+    fill_half(c, 0, 0, key, part, r0, any_global);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
+    fill_half(c, 1, 1, key, part, r1, any_global);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
+    fill_half(c, 0, 1, key, part, r0, any_global);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
+    publish_mask(c, 1, tid, r1 != nullptr);
+    fill_half(c, 1, 0, key, part, r1, any_global);
+    idx0 = next0;
+    idx1 = next1;
+  }
+  ptx::cp_async_wait<0>();
+}
+
+// ---- math warpgroups ----
+
+// S += Q K^T over dims 256 h + [0, 256) of K buffer `k_base` (16 wgmma m64n64k16 steps).
+__device__ __forceinline__ void qk_half(float (&s)[32], uint32_t q_base, uint32_t k_base, int h,
+                                        bool first) {
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    const int step = 16 * h + kk;  // 16 dims each: column block step / 4, 32 bytes apart in it
+    const uint32_t off = (step >> 2) * PL::kColBlock + (step & 3) * 32;
+    ptx::wgmma_m64n64k16(s, ptx::sw128_desc(q_base + off), ptx::sw128_desc(k_base + off),
+                         !(first && kk == 0));
+  }
+}
+
+// V descriptor of K buffer `k_base`: keys 16 kk + [0, 16) x dims 256 w + 128 h + [0, 128).
+__device__ __forceinline__ uint64_t v_desc(uint32_t k_base, int w, int h, int kk) {
+  return ptx::sw128_desc(k_base + (4 * w + 2 * h) * PL::kColBlock + kk * 2048, PL::kColBlock, 1024);
+}
+
+__device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
+  const int lane = tid & 31;
+  const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
+  const uint32_t q_base = c.sbase + kQOff;
+  const uint32_t my_k = c.sbase + PL::kKOff + w * PL::kBufBytes;
+  const uint32_t other_k = c.sbase + PL::kKOff + (1 - w) * PL::kBufBytes;
+  float* maxes = reinterpret_cast<float*>(c.base + PL::kMaxOff);
+  float o[2][64];
+#pragma unroll
+  for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max, log2 units (the same in both warpgroups)
+  float l[2] = {0.0f, 0.0f};            // this thread's part of this warpgroup's sum
+  for (int p = 0; 2 * p < c.n; ++p) {
+    const uint32_t parity = p & 1;
+    float s[32];
+    {
+      // Own half first: the producer refills it first.
+      ptx::mbar_wait(ready_bar(c, w, w), parity);
+      ptx::fence_proxy_async();  // the copies, now visible here, before the async-proxy reads
+      ptx::wgmma_fence();
+      qk_half(s, q_base, my_k, w, true);
+      ptx::wgmma_commit();
+      ptx::mbar_wait(ready_bar(c, w, 1 - w), parity);
+      ptx::fence_proxy_async();
+      ptx::wgmma_fence();
+      qk_half(s, q_base, my_k, 1 - w, false);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+    }
+    const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + PL::kMaskOff + 8 * w);
+    // Scaled scores (masked keys -inf) and this block's row maxima, exchanged.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = (mask >> (8 * j + 2 * (lane & 3) + e)) & 1u;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float& x = s[4 * j + 2 * hh + e];
+          x = valid ? x * a.scale_log2 : -INFINITY;
+          mx[hh] = fmaxf(mx[hh], x);
+        }
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+      if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = mx[hh];
+    }
+    ptx::named_barrier(4, 256);
+    float corr[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float m_new = fmaxf(m[hh], fmaxf(mx[hh], maxes[(1 - w) * kGroupHeads + row + 8 * hh]));
+      corr[hh] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new);
+      m[hh] = m_new;
+    }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[h][4 * j] *= corr[0];
+          o[h][4 * j + 1] *= corr[0];
+          o[h][4 * j + 2] *= corr[1];
+          o[h][4 * j + 3] *= corr[1];
+        }
+      }
+    }
+    // P in bf16: pa[2j] = row's columns 8j + 2 (lane % 4) + {0, 1}, pa[2j + 1] the same of
+    // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3].
+    uint32_t pa[16];
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const bool none = m[hh] == -INFINITY;
+        const float p0 = none ? 0.0f : fast_exp2(s[4 * j + 2 * hh] - m[hh]);
+        const float p1 = none ? 0.0f : fast_exp2(s[4 * j + 2 * hh + 1] - m[hh]);
+        sum[hh] += p0 + p1;
+        pa[2 * j + hh] = pack_bf16(p0, p1);
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
+    {
+      // For the other warpgroup: [64, 64] swizzled like a K column block.
+      uint8_t* pt = c.base + PL::kPOff + w * kPBytes;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = row + 8 * hh;
+          *reinterpret_cast<uint32_t*>(pt + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
+              pa[2 * j + hh];
+        }
+      }
+      ptx::fence_proxy_async();
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+          ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_k, w, h, kk));
+        }
+      }
+      ptx::wgmma_commit();
+    }
+    ptx::named_barrier(5, 256);  // both P tiles are in shared memory
+    {
+      const uint32_t pt = c.sbase + PL::kPOff + (1 - w) * kPBytes;
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          ptx::wgmma_m64n128k16_bt(o[h], ptx::sw128_desc(pt + kk * 32), v_desc(other_k, w, h, kk),
+                                   true);
+        }
+      }
+      ptx::wgmma_commit();
+    }
+    ptx::wgmma_wait<1>();
+    ptx::mbar_arrive(free_bar(c, w, w));
+    ptx::wgmma_wait<0>();
+    ptx::mbar_arrive(free_bar(c, 1 - w, w));
+  }
+  // The row sums of both warpgroups, then (max, sum) for row_out.
+  float* sums = reinterpret_cast<float*>(c.base + PL::kSumOff);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
+  }
+  ptx::named_barrier(6, 256);
+  if (w == 0 && (lane & 3) == 0) {
+    float2* ml = reinterpret_cast<float2*>(c.base + PL::kMlOff);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
+    }
+  }
+  ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
+  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+}
+
+// Q rows of the group into shared memory, swizzled (heads past the group as zero rows), by the
+// 256 math threads, 16 chunks each, all loads in flight before the first store.
+__device__ __forceinline__ void load_q(const Args& a, const Cta<PL>& c, int tid) {
+  constexpr int kLoads = kGroupHeads * (kHeadDim / 8) / 256;
+  uint4 qv[kLoads];
+#pragma unroll
+  for (int r = 0; r < kLoads; ++r) {
+    const int i = tid + r * 256;
+    const int h = i / (kHeadDim / 8);
+    qv[r] = h < c.heads ? *reinterpret_cast<const uint4*>(
+                              a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + (i % 64) * 8)
+                        : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < kLoads; ++r) {
+    const int i = tid + r * 256;
+    *reinterpret_cast<uint4*>(c.base + kQOff + sw128(i / 64, (i % 64) * 8, kGroupHeads)) = qv[r];
+  }
+}
+
+__global__ void __launch_bounds__(kPrefillThreads, 1)
+    ds_mla_prefill_kernel(const __grid_constant__ Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  Cta<PL> c;
+  {
+    const uint32_t raw_addr = ptx::smem_addr(smem_raw);
+    const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
+    c.base = smem_raw + pad;
+    c.sbase = raw_addr + pad;
+  }
+  const int tid = threadIdx.x;
+  c.split = 0;
+  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
+  c.t = blockIdx.x / a.groups;
+  c.heads = min(kGroupHeads, a.num_heads - c.h0);
+  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+  c.tile0 = 0;
+  c.n = static_cast<int32_t>((c.total + kBlockKeys - 1) / kBlockKeys);
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      ptx::mbar_init(ready_bar(c, b, 0), 128 + 4);
+      ptx::mbar_init(ready_bar(c, b, 1), 128);
+      ptx::mbar_init(free_bar(c, b, 0), 128);
+      ptx::mbar_init(free_bar(c, b, 1), 128);
+    }
+  }
+  __syncthreads();
+  const int wg = tid >> 7;
+  if (wg == 2) {
+    // The first pair's copies start while the math warpgroups load Q.
+    ptx::setmaxnreg_dec<kCopyRegs>();
+    prefill_producer(a, c, tid - 256);
+  } else {
+    ptx::setmaxnreg_inc<kMathRegs>();
+    load_q(a, c, tid);
+    ptx::fence_proxy_async();
+    ptx::named_barrier(4, 256);
+    prefill_math(a, c, wg, tid & 127);
+  }
+#else
+  (void)a;  // sm_90a only
+#endif
+}
+
+}  // namespace
+
+Status launch_prefill(const Args& a, cudaStream_t stream) {
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    attr_err =
+        cudaFuncSetAttribute(ds_mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(PL::kSmem));
+  });
+  if (attr_err != cudaSuccess) {
+    return internal_error("sparse_attention: cannot reserve ", PL::kSmem,
+                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
+  }
+  const int64_t blocks = a.num_tokens * a.groups;
+  ds_mla_prefill_kernel<<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(a);
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail::ds_mla
