@@ -33,7 +33,7 @@ if has variants; then
   for v in "$B"/variants/attention_bench_*; do
     [[ -x $v ]] || continue
     echo "== $(basename "$v")"
-    timeout 200 "$v" --json "$OUT/$(basename "$v").json" 2>&1 | tee "$OUT/$(basename "$v").txt" |
+    timeout 200 "$v" --json "$OUT/$(basename "$v").json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$(basename "$v").txt" |
       grep -E "^[a-z0-9_]+ +[0-9]+ "
   done
 fi
@@ -57,7 +57,7 @@ if has profile; then
   for ab in ${PROFILE_BITS:-16 80 144 208}; do
     echo "profile ablate $ab:"
     SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/attention_bench_profile" --only \
-      "${ABLATE_SHAPE:-flash_h64_b64}" --runs 5 2>&1 | grep -E "^profile|^flash|^pro_|^swa|^tp|^mtp"
+      "${ABLATE_SHAPE:-flash_h64_b64}" --runs 5 2>&1 | grep -E "^profile|^flash|^pro_|^swa|^tp|^mtp|^prefill" | head -${PROFILE_LINES:-40}
   done
 fi
 if has ncu; then

@@ -239,12 +239,23 @@ bool use_wgmma_pv() {
 }
 
 // Development: the per-role cycle accounts, averaged over the CTAs, per CTA and per tile.
-void print_profile(const unsigned long long* device_profile, int64_t ctas) {
-  static const char* const kRoles[] = {"producer", "qk", "pv"};
-  static const char* const kSlots[3][7] = {
+void print_profile(const unsigned long long* device_profile, int64_t ctas, bool prefill) {
+  static const char* const kDecodeRoles[] = {"producer", "qk", "pv"};
+  static const char* const kDecodeSlots[3][7] = {
       {"landed wait", "stage wait", "decode", "gather", "", "", ""},
       {"K wait", "QK MMAs", "softmax", "P-buffer wait", "P stores", "", ""},
       {"P/K wait", "rescale", "PV MMAs", "arrives", "end wait", "stores", ""}};
+  static const char* const kPrefillRoles[] = {"producer", "math0", "math1"};
+  static const char* const kPrefillMath[7] = {"K wait",   "QK issue", "QK MMAs", "max",
+                                              "max wait", "P + PV 1", "PV 2"};
+  static const char* const kPrefillSlots[3][7] = {
+      {"free wait", "copies", "", "", "", "", ""},
+      {kPrefillMath[0], kPrefillMath[1], kPrefillMath[2], kPrefillMath[3], kPrefillMath[4],
+       kPrefillMath[5], kPrefillMath[6]},
+      {kPrefillMath[0], kPrefillMath[1], kPrefillMath[2], kPrefillMath[3], kPrefillMath[4],
+       kPrefillMath[5], kPrefillMath[6]}};
+  const char* const* kRoles = prefill ? kPrefillRoles : kDecodeRoles;
+  const char* const(*kSlots)[7] = prefill ? kPrefillSlots : kDecodeSlots;
   const int64_t n = std::min<int64_t>(ctas, kMaxProfiledCtas);
   std::vector<unsigned long long> h(1 + n * 3 * 8);
   cudaDeviceSynchronize();
@@ -410,14 +421,6 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
                             p.num_heads, " heads, got ", p.num_tokens);
   }
-  if (plan.prefill) {
-    SPARSE_SWA_RETURN_IF_ERROR(launch_prefill(a, stream));
-    err = cudaGetLastError();
-    if (err != cudaSuccess) {
-      return internal_error("sparse_attention: kernel launch failed: ", cudaGetErrorString(err));
-    }
-    return Status::Ok();
-  }
   static unsigned long long* timeline = nullptr;
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
   const bool record = (ablate & kTimeline) && !stream_capturing(stream);
@@ -433,11 +436,12 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // Three variants per cache kind: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
-  const Status launched = p.swa_cache.dtype == CacheDtype::kBf16
+  const Status launched = plan.prefill ? launch_prefill(a, stream)
+                          : p.swa_cache.dtype == CacheDtype::kBf16
                               ? launch_variant<true>(qk, pv, a, stream)
                               : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
-  if (record) print_profile(timeline, blocks);
+  if (record) print_profile(timeline, blocks, plan.prefill);
   if (plan.splits > 1) {
     const int64_t rows = p.num_tokens * p.num_heads;
     ds_mla_merge_kernel<<<static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps),

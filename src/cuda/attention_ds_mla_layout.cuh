@@ -144,7 +144,7 @@ struct RoleClock {
 #endif
   __device__ RoleClock(const Args& a, int role) {
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
-    if (a.timeline != nullptr && (threadIdx.x & 127) == 0) {
+    if (a.timeline != nullptr && (threadIdx.x & 127) == 0 && blockIdx.x < kMaxProfiledCtas) {
       out = a.timeline + 1 + (static_cast<int64_t>(blockIdx.x) * 3 + role) * 8;
       t = clock64();
     }

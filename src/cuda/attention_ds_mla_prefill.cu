@@ -6,16 +6,15 @@
 // weighted mean of |V| (docs/design.md#attention-precision).
 //
 // One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
-// 64 keys, two at a time (a pair p = blocks 2p and 2p + 1), by three warpgroups:
-//   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w from K buffer w (wgmma m64n64k16, Q and
-//       K in shared memory); the two exchange their blocks' row maxima, so that both rescale by
-//       one running max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64
-//       rows) += P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared
-//       memory). Each warpgroup's tensor-core work per pair is the same.
-//   producer (warpgroup 2)  bf16 rows by cp.async into the two K buffers (masked keys as zero
-//       rows; an odd block count ends on an all-masked block), each buffer as two halves of 256
-//       dims with barriers of their own: half h of a buffer is read last by math warpgroup h's P V,
-//       so it is refilled as soon as that one is done, in the order the halves come free.
+// 32 keys, two at a time (pair p = blocks 2p and 2p + 1), by three warpgroups:
+//   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n32k16, Q and K in shared
+//       memory); the two exchange their blocks' row maxima, so that both rescale by one running
+//       max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64 rows) +=
+//       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory): each
+//       warpgroup's tensor-core work per pair is the same.
+//   producer (warpgroup 2)  bf16 rows by cp.async into four K buffers (masked keys as zero rows;
+//       an odd block count ends on an all-masked block): pair p uses buffers 2 (p % 2) + {0, 1},
+//       so that pair p + 1 is copied while pair p is computed.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,7 +34,8 @@
 namespace sparse_swa::detail::ds_mla {
 namespace {
 
-constexpr int kBlockKeys = 64;
+constexpr int kBlockKeys = 32;
+constexpr int kBuffers = 4;
 constexpr int kPrefillThreads = 384;
 // setmaxnreg: 168 registers at entry (384 threads); the producer gives 112 to the math threads.
 constexpr int kMathRegs = 224, kCopyRegs = 56;
@@ -43,31 +43,33 @@ static_assert(2 * kMathRegs + kCopyRegs == 3 * 168);
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
 struct PrefillLayout {
-  static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
-  static constexpr int kColBlock = kBlockKeys * 128;           // one [64, 64 dims] column block
-  static constexpr int kKOff = kQOff + kQBytes;                // K buffers 0, 1
-  static constexpr int kPOff = kKOff + 2 * kBufBytes;  // [2][64 heads, 64 keys] bf16, swizzled
+  static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [32 keys, 512] bf16, swizzled
+  static constexpr int kColBlock = kBlockKeys * 128;           // one [32, 64 dims] column block
+  static constexpr int kKOff = kQOff + kQBytes;                // K buffers 0..3
+  // [2][64 heads, 32 keys] bf16 in 128-byte rows (columns 32-63 unused), swizzled.
+  static constexpr int kPOff = kKOff + kBuffers * kBufBytes;
   static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32 row maxima of a pair
-  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
-  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
-  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
-  static constexpr int kBarOff = kMaskOff + 16;            // ready[2][2], free[2][2] mbarriers
-  static constexpr size_t kSmem = kBarOff + 8 * 8 + 1024;  // + alignment slack
+  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;       // [2][64] fp32 row sums
+  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;        // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;           // [4] uint32 valid-key masks
+  static constexpr int kBarOff = kMaskOff + 4 * kBuffers;             // ready[4], free[4] mbarriers
+  static constexpr size_t kSmem = kBarOff + 2 * kBuffers * 8 + 1024;  // + alignment slack
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes % 1024 == 0);
 };
 using PL = PrefillLayout;
 
-// Buffer b's half h (dims 256 h + [0, 256)) holds its block's rows: cp.async arrivals of the 128
-// producer threads (+ 4 mask stores on half 0). Free: math warpgroup h is done reading it.
-__device__ __forceinline__ uint32_t ready_bar(const Cta<PL>& c, int b, int h) {
-  return c.sbase + PL::kBarOff + 8 * (2 * b + h);
+// Buffer b holds its block's rows: cp.async arrivals of the 128 producer threads + the mask
+// stores of its 4 warps. Free: both math warpgroups are done reading it (its own P V and the
+// other's).
+__device__ __forceinline__ uint32_t ready_bar(const Cta<PL>& c, int b) {
+  return c.sbase + PL::kBarOff + 8 * b;
 }
-__device__ __forceinline__ uint32_t free_bar(const Cta<PL>& c, int b, int h) {
-  return c.sbase + PL::kBarOff + 8 * (4 + 2 * b + h);
+__device__ __forceinline__ uint32_t free_bar(const Cta<PL>& c, int b) {
+  return c.sbase + PL::kBarOff + 8 * (kBuffers + b);
 }
 
-// ---- producer ----
+// ---- producer: four threads per key ----
 
 // The index entry of key `key` of block b, or -1 past the block list or the token's total.
 __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<PL>& c, int b, int key) {
@@ -96,74 +98,69 @@ __device__ __forceinline__ const uint8_t* block_row(const Args& a, const Cta<PL>
   return nullptr;
 }
 
-// Half h of buffer b from the row (two threads per key, 16 chunks of 8 dims each), zeros for a
-// masked key; then this thread's arrival on ready(b, h) once its copies land.
-__device__ __forceinline__ void fill_half(const Cta<PL>& c, int b, int h, int key, int part,
-                                          const uint8_t* row, const void* any_global) {
-  const uint32_t dst = c.sbase + PL::kKOff + b * PL::kBufBytes;
+// Block b into buffer `buf`: key tid / 4, its 16-byte chunks tid % 4 + 4 r (zeros for a masked
+// key); warp w records the valid bits of its keys 8 w..8 w + 7 as byte w of the buffer's mask.
+// Then this thread's arrivals on ready(buf): the mask stores at once, the copies once they land.
+__device__ __forceinline__ void fill_block(const Args& a, const Cta<PL>& c, int b, int buf, int tid,
+                                           int32_t idx) {
+  const int key = tid >> 2, part = tid & 3;
+  const uint8_t* row = block_row(a, c, b, key, idx, part == 0);
   const bool valid = row != nullptr;
+  const uint32_t dst = c.sbase + PL::kKOff + buf * PL::kBufBytes;
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
-    const int ch = 32 * h + part + 2 * r;
+    const int ch = part + 4 * r;
     ptx::cp_async_16_or_zero(dst + sw128(key, ch * 8, kBlockKeys),
-                             valid ? static_cast<const void*>(row + ch * 16) : any_global, valid);
+                             valid ? static_cast<const void*>(row + ch * 16) : a.q, valid);
   }
-  ptx::cp_async_mbar_arrive(ready_bar(c, b, h));
-}
-
-// Buffer b's valid-key mask (bit k: key k), one 16-bit piece per warp, on ready(b, 0).
-__device__ __forceinline__ void publish_mask(const Cta<PL>& c, int b, int tid, bool valid) {
-  const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 1) == 0 && valid);
+  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
+  const uint32_t lanes = __ballot_sync(0xffffffffu, part == 0 && valid);
   if ((tid & 31) == 0) {
     uint32_t bits = 0;
 #pragma unroll
-    for (int k = 0; k < 16; ++k) bits |= ((lanes >> (2 * k)) & 1u) << k;
-    *reinterpret_cast<uint16_t*>(c.base + PL::kMaskOff + 8 * b + 2 * (tid >> 5)) =
-        static_cast<uint16_t>(bits);
-    ptx::mbar_arrive(ready_bar(c, b, 0));
+    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
+    c.base[PL::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
+    ptx::mbar_arrive(ready_bar(c, buf));
   }
+  ptx::cp_async_mbar_arrive(ready_bar(c, buf));
 }
 
 __device__ void prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
-  const int key = tid >> 1, part = tid & 1;
-  const void* any_global = a.q;
-  int32_t idx0 = block_index(a, c, 0, key), idx1 = block_index(a, c, 1, key);
+  RoleClock clk(a, 0);  // slots: free waits, copies
+  const int key = tid >> 2;
+  int32_t idx[2] = {block_index(a, c, 0, key), block_index(a, c, 1, key)};
   for (int p = 0; 2 * p < c.n; ++p) {
-    // The next pair's entries are in flight while this pair is copied.
-    const int32_t next0 = block_index(a, c, 2 * p + 2, key);
-    const int32_t next1 = block_index(a, c, 2 * p + 3, key);
-    const uint8_t* r0 = block_row(a, c, 2 * p, key, idx0, part == 0);
-    const uint8_t* r1 = block_row(a, c, 2 * p + 1, key, idx1, part == 0);
-    const uint32_t parity = (p - 1) & 1;  // the previous pair's use of each half
-    // Halves in the order they come free: each warpgroup's own block first (its P V from
-    // registers), then the other's.
-    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
-    publish_mask(c, 0, tid, r0 != nullptr);
-    fill_half(c, 0, 0, key, part, r0, any_global);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
-    fill_half(c, 1, 1, key, part, r1, any_global);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
-    fill_half(c, 0, 1, key, part, r0, any_global);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
-    publish_mask(c, 1, tid, r1 != nullptr);
-    fill_half(c, 1, 0, key, part, r1, any_global);
-    idx0 = next0;
-    idx1 = next1;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const int b = 2 * p + w, buf = 2 * (p & 1) + w;
+      // The buffer last held pair p - 2.
+      if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
+      clk.lap(0);
+      const int32_t next = block_index(a, c, b + 2, key);  // in flight during the copies
+      fill_block(a, c, b, buf, tid, idx[w]);
+      idx[w] = next;
+      clk.lap(1);
+    }
   }
   ptx::cp_async_wait<0>();
+  clk.store(c.n);
 }
 
 // ---- math warpgroups ----
 
-// S += Q K^T over dims 256 h + [0, 256) of K buffer `k_base` (16 wgmma m64n64k16 steps).
-__device__ __forceinline__ void qk_half(float (&s)[32], uint32_t q_base, uint32_t k_base, int h,
-                                        bool first) {
+// S = Q K^T of the block in buffer `k_base` (32 wgmma m64n32k16 steps of 16 dims; a step's
+// column block is step / 4, 32 bytes apart inside it).
+__device__ __forceinline__ void qk_block(float (&s)[16], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
-  for (int kk = 0; kk < 16; ++kk) {
-    const int step = 16 * h + kk;  // 16 dims each: column block step / 4, 32 bytes apart in it
-    const uint32_t off = (step >> 2) * PL::kColBlock + (step & 3) * 32;
-    ptx::wgmma_m64n64k16(s, ptx::sw128_desc(q_base + off), ptx::sw128_desc(k_base + off),
-                         !(first && kk == 0));
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    const uint32_t inner = (step & 3) * 32;
+    const uint64_t da = ptx::sw128_desc(q_base + (step >> 2) * (kGroupHeads * 128) + inner);
+    const uint64_t db = ptx::sw128_desc(k_base + (step >> 2) * PL::kColBlock + inner);
+    if (step == 0) {
+      ptx::wgmma_m64n32k16_first(s, da, db);
+    } else {
+      ptx::wgmma_m64n32k16(s, da, db, true);
+    }
   }
 }
 
@@ -173,11 +170,10 @@ __device__ __forceinline__ uint64_t v_desc(uint32_t k_base, int w, int h, int kk
 }
 
 __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
+  RoleClock clk(a, 1 + w);  // slots: print_profile's kPrefillMath
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
   const uint32_t q_base = c.sbase + kQOff;
-  const uint32_t my_k = c.sbase + PL::kKOff + w * PL::kBufBytes;
-  const uint32_t other_k = c.sbase + PL::kKOff + (1 - w) * PL::kBufBytes;
   float* maxes = reinterpret_cast<float*>(c.base + PL::kMaxOff);
   float o[2][64];
 #pragma unroll
@@ -185,27 +181,25 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
   float m[2] = {-INFINITY, -INFINITY};  // running max, log2 units (the same in both warpgroups)
   float l[2] = {0.0f, 0.0f};            // this thread's part of this warpgroup's sum
   for (int p = 0; 2 * p < c.n; ++p) {
-    const uint32_t parity = p & 1;
-    float s[32];
-    {
-      // Own half first: the producer refills it first.
-      ptx::mbar_wait(ready_bar(c, w, w), parity);
-      ptx::fence_proxy_async();  // the copies, now visible here, before the async-proxy reads
-      ptx::wgmma_fence();
-      qk_half(s, q_base, my_k, w, true);
-      ptx::wgmma_commit();
-      ptx::mbar_wait(ready_bar(c, w, 1 - w), parity);
-      ptx::fence_proxy_async();
-      ptx::wgmma_fence();
-      qk_half(s, q_base, my_k, 1 - w, false);
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-    }
-    const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + PL::kMaskOff + 8 * w);
+    const int mine = 2 * (p & 1) + w, theirs = 2 * (p & 1) + 1 - w;
+    const uint32_t my_k = c.sbase + PL::kKOff + mine * PL::kBufBytes;
+    const uint32_t other_k = c.sbase + PL::kKOff + theirs * PL::kBufBytes;
+    float s[16];
+    clk.lap(6);
+    ptx::mbar_wait(ready_bar(c, mine), (p >> 1) & 1);
+    clk.lap(0);
+    ptx::fence_proxy_async();  // the copies, now visible here, before the async-proxy reads
+    ptx::wgmma_fence();
+    qk_block(s, q_base, my_k);
+    ptx::wgmma_commit();
+    clk.lap(1);
+    ptx::wgmma_wait<0>();
+    clk.lap(2);
+    const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + PL::kMaskOff + 4 * mine);
     // Scaled scores (masked keys -inf) and this block's row maxima, exchanged.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const bool valid = (mask >> (8 * j + 2 * (lane & 3) + e)) & 1u;
@@ -223,7 +217,9 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
       if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = mx[hh];
     }
+    clk.lap(3);
     ptx::named_barrier(4, 256);
+    clk.lap(4);
     float corr[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -244,11 +240,12 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
       }
     }
     // P in bf16: pa[2j] = row's columns 8j + 2 (lane % 4) + {0, 1}, pa[2j + 1] the same of
-    // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3].
-    uint32_t pa[16];
+    // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3]. The sum takes P
+    // before rounding (the lse stays exact; docs/design.md#attention-precision).
+    uint32_t pa[8];
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const bool none = m[hh] == -INFINITY;
@@ -260,49 +257,48 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
     }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
-    {
-      // For the other warpgroup: [64, 64] swizzled like a K column block.
-      uint8_t* pt = c.base + PL::kPOff + w * kPBytes;
+    // For the other warpgroup: P in 128-byte rows, swizzled like a K column block.
+    uint8_t* pt = c.base + PL::kPOff + w * kPBytes;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = row + 8 * hh;
-          *reinterpret_cast<uint32_t*>(pt + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
-              pa[2 * j + hh];
-        }
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row + 8 * hh;
+        *reinterpret_cast<uint32_t*>(pt + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
+            pa[2 * j + hh];
       }
-      ptx::fence_proxy_async();
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-          ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_k, w, h, kk));
-        }
-      }
-      ptx::wgmma_commit();
     }
+    ptx::fence_proxy_async();
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_k, w, h, kk));
+      }
+    }
+    ptx::wgmma_commit();
     ptx::named_barrier(5, 256);  // both P tiles are in shared memory
-    {
-      const uint32_t pt = c.sbase + PL::kPOff + (1 - w) * kPBytes;
-      ptx::wgmma_fence();
+    clk.lap(5);
+    const uint32_t other_p = c.sbase + PL::kPOff + (1 - w) * kPBytes;
+    ptx::wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          ptx::wgmma_m64n128k16_bt(o[h], ptx::sw128_desc(pt + kk * 32), v_desc(other_k, w, h, kk),
-                                   true);
-        }
+      for (int kk = 0; kk < 2; ++kk) {
+        ptx::wgmma_m64n128k16_bt(o[h], ptx::sw128_desc(other_p + kk * 32),
+                                 v_desc(other_k, w, h, kk), true);
       }
-      ptx::wgmma_commit();
     }
+    ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
-    ptx::mbar_arrive(free_bar(c, w, w));
+    ptx::mbar_arrive(free_bar(c, mine));
     ptx::wgmma_wait<0>();
-    ptx::mbar_arrive(free_bar(c, 1 - w, w));
+    ptx::mbar_arrive(free_bar(c, theirs));
   }
+  clk.lap(6);
+  clk.store(c.n);
   // The row sums of both warpgroups, then (max, sum) for row_out.
   float* sums = reinterpret_cast<float*>(c.base + PL::kSumOff);
 #pragma unroll
@@ -365,11 +361,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   c.tile0 = 0;
   c.n = static_cast<int32_t>((c.total + kBlockKeys - 1) / kBlockKeys);
   if (tid == 0) {
-    for (int b = 0; b < 2; ++b) {
-      ptx::mbar_init(ready_bar(c, b, 0), 128 + 4);
-      ptx::mbar_init(ready_bar(c, b, 1), 128);
-      ptx::mbar_init(free_bar(c, b, 0), 128);
-      ptx::mbar_init(free_bar(c, b, 1), 128);
+    for (int b = 0; b < kBuffers; ++b) {
+      ptx::mbar_init(ready_bar(c, b), 128 + 4);
+      ptx::mbar_init(free_bar(c, b), 256);
     }
   }
   __syncthreads();
