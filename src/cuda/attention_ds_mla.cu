@@ -372,10 +372,6 @@ Status check_forced(const SparseAttentionParams& p) {
         cache_dtype_name(d), " and ",
         p.extra_indices.rows == 0 ? "no extra segment" : cache_dtype_name(p.extra_cache.dtype));
   }
-  if (p.kernel == AttentionKernel::kPrefill && d != CacheDtype::kBf16) {
-    return invalid_argument("params.kernel: the prefill kernel reads bf16 caches, got ",
-                            cache_dtype_name(d));
-  }
   return Status::Ok();
 }
 
@@ -436,10 +432,10 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // Three variants per cache kind: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
-  const Status launched = plan.prefill ? launch_prefill(a, stream)
-                          : p.swa_cache.dtype == CacheDtype::kBf16
-                              ? launch_variant<true>(qk, pv, a, stream)
-                              : launch_variant<false>(qk, pv, a, stream);
+  const Status launched =
+      plan.prefill ? launch_prefill(a, p.swa_cache.dtype == CacheDtype::kBf16, stream)
+      : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
+                                               : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
   if (record) print_profile(timeline, blocks, plan.prefill);
   if (plan.splits > 1) {

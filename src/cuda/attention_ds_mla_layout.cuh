@@ -113,8 +113,8 @@ struct Args {
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
 };
-// The prefill kernel (attention_ds_mla_prefill.cu) on a bf16 cache, unsplit.
-Status launch_prefill(const Args& a, cudaStream_t stream);
+// The prefill kernel (attention_ds_mla_prefill.cu), unsplit, on bf16 or fp8_ds_mla caches.
+Status launch_prefill(const Args& a, bool bf16, cudaStream_t stream);
 
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.

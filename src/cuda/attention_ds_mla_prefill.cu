@@ -25,6 +25,7 @@
 #endif
 
 #include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_producer.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
 #include "cuda/attention_ds_mla_qk.cuh"
 #include "cuda/cuda_utils.h"
@@ -37,9 +38,13 @@ namespace {
 constexpr int kBlockKeys = 32;
 constexpr int kBuffers = 4;
 constexpr int kPrefillThreads = 384;
-// setmaxnreg: 168 registers at entry (384 threads); the producer gives 112 to the math threads.
-constexpr int kMathRegs = 224, kCopyRegs = 56;
-static_assert(2 * kMathRegs + kCopyRegs == 3 * 168);
+// setmaxnreg: 168 registers at entry (384 threads), moved from the producer to the math threads;
+// the fp8_ds_mla producer holds two keys' bytes in registers, the bf16 one copies by cp.async.
+template <bool kBf16>
+struct Regs {
+  static constexpr int kMath = kBf16 ? 224 : 192, kProducer = kBf16 ? 56 : 120;
+  static_assert(2 * kMath + kProducer == 3 * 168);
+};
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
 struct PrefillLayout {
@@ -98,9 +103,22 @@ __device__ __forceinline__ const uint8_t* block_row(const Args& a, const Cta<PL>
   return nullptr;
 }
 
-// Block b into buffer `buf`: key tid / 4, its 16-byte chunks tid % 4 + 4 r (zeros for a masked
-// key); warp w records the valid bits of its keys 8 w..8 w + 7 as byte w of the buffer's mask.
-// Then this thread's arrivals on ready(buf): the mask stores at once, the copies once they land.
+// Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
+// buf's mask; returns true in the lane that stored it.
+__device__ __forceinline__ bool publish_mask(const Cta<PL>& c, int buf, int tid, bool valid) {
+  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
+  const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && valid);
+  if ((tid & 31) != 0) return false;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
+  c.base[PL::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
+  return true;
+}
+
+// bf16: block b into buffer `buf` by cp.async, key tid / 4, its 16-byte chunks tid % 4 + 4 r
+// (zeros for a masked key); then this thread's arrivals on ready(buf): the mask store's at once
+// (one lane per warp), the copies' once they land.
 __device__ __forceinline__ void fill_block(const Args& a, const Cta<PL>& c, int b, int buf, int tid,
                                            int32_t idx) {
   const int key = tid >> 2, part = tid & 3;
@@ -113,16 +131,117 @@ __device__ __forceinline__ void fill_block(const Args& a, const Cta<PL>& c, int 
     ptx::cp_async_16_or_zero(dst + sw128(key, ch * 8, kBlockKeys),
                              valid ? static_cast<const void*>(row + ch * 16) : a.q, valid);
   }
-  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
-  const uint32_t lanes = __ballot_sync(0xffffffffu, part == 0 && valid);
-  if ((tid & 31) == 0) {
-    uint32_t bits = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
-    c.base[PL::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
-    ptx::mbar_arrive(ready_bar(c, buf));
-  }
+  if (publish_mask(c, buf, tid, valid)) ptx::mbar_arrive(ready_bar(c, buf));
   ptx::cp_async_mbar_arrive(ready_bar(c, buf));
+}
+
+// fp8_ds_mla: one producer thread's share of a key (part p = tid % 4 of key tid / 4): e4m3 chunks
+// p + 4 r (r = 0..6, scale byte r each), bf16 RoPE chunks p and p + 4, the key's scale bytes.
+struct RawKey {
+  uint4 nope[kNopeChunks / 4];
+  uint4 rope[2];
+  uint2 scales;
+  bool valid;
+};
+
+// Starts the loads of block b's key (masked: nothing loaded). Counting as block_row.
+__device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b, int tid,
+                                         int32_t idx, RawKey& r) {
+  const int key = tid >> 2, part = tid & 3;
+  r.valid = false;
+  if (idx == -1) return;
+  const int64_t j = int64_t{b} * kBlockKeys + key;
+  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
+  if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
+    const uint32_t block =
+        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
+    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
+    const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
+    const uint8_t* data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
+#pragma unroll
+    for (int i = 0; i < kNopeChunks / 4; ++i) {
+      r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + (part + 4 * i) * 16));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      r.rope[i] = __ldg(reinterpret_cast<const uint4*>(data + kNopeDim + (part + 4 * i) * 16));
+    }
+    r.scales = __ldg(reinterpret_cast<const uint2*>(
+        page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
+        static_cast<int64_t>(offset) * kDsMlaScaleBytes));
+    r.valid = true;
+  } else if (part == 0 && c.h0 == 0 && a.bad_count != nullptr) {
+    atomicAdd(a.bad_count, 1);
+  }
+}
+
+// The decoded bf16 values of that share into buffer `k` (zeros for a masked key), as the decode
+// kernel's decode_tile does from shared memory.
+template <bool kHuge>
+__device__ __forceinline__ void store_nope(const RawKey& r, uint8_t* k, int key, int part) {
+#pragma unroll
+  for (int i = 0; i < kNopeChunks / 4; ++i) {
+    const int ch = part + 4 * i;
+    const uint32_t sb = ((i < 4 ? r.scales.x : r.scales.y) >> (8 * (i & 3))) & 0xffu;
+    float twice;
+    const float scale = scale_from_byte<kHuge>(sb, twice);
+    uint4 lo, hi;
+    decode_chunk<kHuge>(r.nope[i], scale, twice, lo, hi);
+    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kBlockKeys)) = lo;
+    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
+  }
+}
+__device__ __forceinline__ void store_key(const RawKey& r, uint8_t* k, int tid) {
+  const int key = tid >> 2, part = tid & 3;
+  if (r.valid) {
+    if (!has_huge_scale(r.scales)) {
+      store_nope<false>(r, k, key, part);
+    } else {
+      store_nope<true>(r, k, key, part);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      *reinterpret_cast<uint4*>(k + sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
+          r.rope[i];
+    }
+  } else {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < kNopeChunks / 4; ++i) {
+      *reinterpret_cast<uint4*>(k + sw128(key, (part + 4 * i) * 16, kBlockKeys)) = zero;
+      *reinterpret_cast<uint4*>(k + sw128(key, (part + 4 * i) * 16 + 8, kBlockKeys)) = zero;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      *reinterpret_cast<uint4*>(k + sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) = zero;
+    }
+  }
+}
+
+// fp8_ds_mla producer: block b + 1's bytes are loaded into registers while block b is decoded
+// into its buffer; every thread arrives on ready(buf) after its stores.
+__device__ void decode_prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
+  RoleClock clk(a, 0);  // slots: free waits, decodes
+  const int key = tid >> 2;
+  const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
+  RawKey cur, next;
+  load_raw(a, c, 0, tid, block_index(a, c, 0, key), cur);
+  int32_t idx = block_index(a, c, 1, key);
+  for (int b = 0; b < blocks; ++b) {
+    const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
+    const int32_t after = block_index(a, c, b + 2, key);
+    load_raw(a, c, b + 1, tid, idx, next);
+    if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
+    clk.lap(0);
+    store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
+    publish_mask(c, buf, tid, cur.valid);
+    ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
+    ptx::mbar_arrive(ready_bar(c, buf));
+    clk.lap(1);
+    cur = next;
+    idx = after;
+  }
+  clk.store(c.n);
 }
 
 __device__ void prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
@@ -339,6 +458,7 @@ __device__ __forceinline__ void load_q(const Args& a, const Cta<PL>& c, int tid)
   }
 }
 
+template <bool kBf16>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
     ds_mla_prefill_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -362,7 +482,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   c.n = static_cast<int32_t>((c.total + kBlockKeys - 1) / kBlockKeys);
   if (tid == 0) {
     for (int b = 0; b < kBuffers; ++b) {
-      ptx::mbar_init(ready_bar(c, b), 128 + 4);
+      ptx::mbar_init(ready_bar(c, b), kBf16 ? 128 + 4 : 128);
       ptx::mbar_init(free_bar(c, b), 256);
     }
   }
@@ -370,10 +490,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   const int wg = tid >> 7;
   if (wg == 2) {
     // The first pair's copies start while the math warpgroups load Q.
-    ptx::setmaxnreg_dec<kCopyRegs>();
-    prefill_producer(a, c, tid - 256);
+    ptx::setmaxnreg_dec<Regs<kBf16>::kProducer>();
+    if constexpr (kBf16) {
+      prefill_producer(a, c, tid - 256);
+    } else {
+      decode_prefill_producer(a, c, tid - 256);
+    }
   } else {
-    ptx::setmaxnreg_inc<kMathRegs>();
+    ptx::setmaxnreg_inc<Regs<kBf16>::kMath>();
     load_q(a, c, tid);
     ptx::fence_proxy_async();
     ptx::named_barrier(4, 256);
@@ -384,23 +508,29 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #endif
 }
 
-}  // namespace
-
-Status launch_prefill(const Args& a, cudaStream_t stream) {
+template <bool kBf16>
+Status launch_prefill_kernel(const Args& a, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
-    attr_err =
-        cudaFuncSetAttribute(ds_mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(PL::kSmem));
+    attr_err = cudaFuncSetAttribute(ds_mla_prefill_kernel<kBf16>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(PL::kSmem));
   });
   if (attr_err != cudaSuccess) {
     return internal_error("sparse_attention: cannot reserve ", PL::kSmem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
   const int64_t blocks = a.num_tokens * a.groups;
-  ds_mla_prefill_kernel<<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(a);
+  ds_mla_prefill_kernel<kBf16>
+      <<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(a);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status launch_prefill(const Args& a, bool bf16, cudaStream_t stream) {
+  return bf16 ? launch_prefill_kernel<true>(a, stream) : launch_prefill_kernel<false>(a, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

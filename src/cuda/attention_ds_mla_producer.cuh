@@ -110,6 +110,15 @@ __device__ __forceinline__ void decode_chunk(const uint4& v, float scale, float 
   hi.w = e4m3x2_to_bf16x2<kHuge>(v.w >> 16, scale, twice);
 }
 
+// Scale byte s as the float 2^(s - 127) (s = 0: the subnormal 2^-127). 2^128 (s = 255) is not a
+// float: kHuge gives 2^127 and twice = 2 for it (else 1), to be applied after the first multiply.
+template <bool kHuge>
+__device__ __forceinline__ float scale_from_byte(uint32_t sb, float& twice) {
+  const uint32_t bits = sb == 0 ? 0x00400000u : (kHuge && sb == 255 ? 254u << 23 : sb << 23);
+  twice = kHuge && sb == 255 ? 2.0f : 1.0f;
+  return __uint_as_float(bits);
+}
+
 // One thread's seven NoPE chunks of a key (part p: chunks p, p + 4, ..., scale byte r for its
 // r-th chunk), with no branch between chunks so that their loads and conversions interleave.
 // kHuge: some scale byte of the key is 255.
@@ -129,11 +138,10 @@ __device__ __forceinline__ void decode_nope(const uint8_t* src, uint2 sc, uint8_
       v = *reinterpret_cast<const uint4*>(src + ch * 16);
     }
     const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
-    // 2^(s - 127) from the exponent bits (s = 0: the subnormal 2^-127; s = 255: 2^127 * 2).
-    const uint32_t bits = sb == 0 ? 0x00400000u : (kHuge && sb == 255 ? 254u << 23 : sb << 23);
-    const float twice = kHuge && sb == 255 ? 2.0f : 1.0f;
+    float twice;
+    const float scale = scale_from_byte<kHuge>(sb, twice);
     uint4 lo, hi;
-    decode_chunk<kHuge>(v, __uint_as_float(bits), twice, lo, hi);
+    decode_chunk<kHuge>(v, scale, twice, lo, hi);
     if (kDecodeAblations && (ablate & kAblateDecodeStores)) {
       sink ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
     } else {

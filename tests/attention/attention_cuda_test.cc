@@ -345,9 +345,9 @@ INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                                            Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true}),
                          shape_name);
 
-// The prefill kernel, forced (bf16 caches): heads 1..128 (not multiples of 16 too), widths 1 to
-// 2048 (odd 64-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens 0,
-// full and between, -1 holes (fill_rows).
+// The prefill kernel, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too), widths
+// 1 to 2048 (odd 64-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens
+// 0, full and between, -1 holes (fill_rows).
 constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
 INSTANTIATE_TEST_SUITE_P(
     PrefillKernelShapes, AttentionCudaVsCpu,
@@ -359,13 +359,19 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{128, 128, 1024, 64, 256, 24, kBf, kBf, true, false, kPre},
                       Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kPre},
                       Shape{3, 200, 100, 64, 2, 33, kBf, kBf, true, false, kPre},
-                      Shape{128, 1, 63, 2, 256, 30, kBf, kBf, false, false, kPre}),
+                      Shape{128, 1, 63, 2, 256, 30, kBf, kBf, false, false, kPre},
+                      Shape{8, 63, 640, 64, 2, 64, kDs, kDs, true, false, kPre},
+                      Shape{64, 128, 512, 64, 64, 96, kDs, kDs, false, false, kPre},
+                      Shape{100, 1152, 0, 2, 0, 20, kDs, kDs, true, false, kPre},
+                      Shape{128, 1, 63, 256, 2, 30, kDs, kDs, false, false, kPre},
+                      Shape{3, 200, 100, 64, 2, 33, kDs, kDs, true, false, kPre},
+                      Shape{16, 2048, 0, 256, 0, 12, kDs, kDs, false, false, kPre}),
     shape_name);
 
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {
-  SmallProblem(int32_t heads, int32_t tokens, int32_t width)
-      : cache(kDs, 64, 256, 99),
+  SmallProblem(int32_t heads, int32_t tokens, int32_t width, CacheDtype dtype = kDs)
+      : cache(dtype, 64, 256, 99),
         rows(tokens, width, width),
         q(random_q(int64_t{tokens} * heads, 98)) {
     std::mt19937 rng(97);
@@ -727,20 +733,25 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   EXPECT_EQ(kernel_for(many, kDs, kAuto), kDec);  // fp8_ds_mla: the decode kernel
   EXPECT_EQ(kernel_for(many, kBf, kDec), kDec);
   EXPECT_EQ(kernel_for(few, kBf, kPre), kPre);
-  EXPECT_EQ(kernel_for(many, kDs, kPre), kAuto);  // refused (below)
-  EXPECT_EQ(kernel_for(many, kE4, kDec), kAuto);  // the general kernel's cache
+  EXPECT_EQ(kernel_for(few, kDs, kPre), kPre);
+  EXPECT_EQ(kernel_for(many, kE4, kDec), kAuto);  // refused (below): the general kernel's cache
 }
 
 TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(16, 4, 64);  // fp8_ds_mla
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SparseAttentionParams bad = dev.params();
-  if (sparse_attention_kernel(bad) == AttentionKernel::kAuto) GTEST_SKIP() << "no sm_90a code";
+  if (sparse_attention_kernel(dev.params()) == AttentionKernel::kAuto) {
+    GTEST_SKIP() << "no sm_90a code for this device";
+  }
+  SmallProblem e4(16, 4, 64, kE4);
+  DeviceProblem e4_dev(e4.hp, e4.cache, e4.rows, nullptr, nullptr, e4.q, {});
+  SparseAttentionParams bad = e4_dev.params();
   bad.kernel = AttentionKernel::kPrefill;
   EXPECT_TRUE(testing::IsInvalidArgument(
       sparse_attention(bad),
-      {"params.kernel", "the prefill kernel reads bf16 caches, got fp8_ds_mla"}));
+      {"params.kernel", "read fp8_ds_mla or bf16 caches, both segments alike, got fp8_e4m3"}));
+  bad = dev.params();
   bad.kernel = static_cast<AttentionKernel>(7);
   EXPECT_TRUE(testing::IsInvalidArgument(
       sparse_attention(bad), {"params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), "
