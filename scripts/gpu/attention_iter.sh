@@ -89,11 +89,13 @@ if has sanitize; then
   for tool in memcheck initcheck racecheck; do
     filter='SplitShapes/*:SplitBf16Shapes/*:PrefillShapes/*H8*:PrefillShapes/*H1_*:AttentionCuda.*'
     filter+=':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:PrefillKernelShapes/*H8_*'
+    filter+=':DecodeKernelShapes/*H1_*:DecodeKernelShapes/*H8_*:DecodeKernelShapes/*H3_*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*'
+    # SANITIZE_FILTER replaces the filter for every tool.
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/sparse_swa_tests" --gtest_filter="$filter" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
+      "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"
     grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_$tool.log" | head -5
   done

@@ -481,8 +481,9 @@ AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams& p) {
     cudaGetLastError();
     return AttentionKernel::kAuto;
   }
-  return plan_ds_mla_attention(p, num_sms, -1).prefill ? AttentionKernel::kPrefill
-                                                       : AttentionKernel::kDecode;
+  const int64_t workspace = p.workspace == nullptr ? 0 : p.workspace_bytes;
+  return plan_ds_mla_attention(p, num_sms, workspace).prefill ? AttentionKernel::kPrefill
+                                                              : AttentionKernel::kDecode;
 }
 
 int64_t cuda_sparse_attention_max_workspace_bytes() {

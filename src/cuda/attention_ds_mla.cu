@@ -328,10 +328,6 @@ bool applies(const SparseAttentionParams& p) {
 constexpr int64_t kMinTilesToSplit = 8;
 constexpr int64_t kMinSliceTiles = 2;
 
-// The prefill kernel takes bf16 calls whose tokens x head groups fill the SMs by themselves
-// (no split would be planned) and whose rows have at least kMinPrefillKeys keys.
-constexpr int64_t kMinPrefillKeys = 128;
-
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
@@ -339,19 +335,20 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   const int64_t ctas = p.num_tokens * plan.groups;
   const int64_t max_keys =
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
-  const bool bf16 = p.swa_cache.dtype == CacheDtype::kBf16;
-  if (p.kernel == AttentionKernel::kPrefill || (p.kernel == AttentionKernel::kAuto && bf16 &&
-                                                ctas >= num_sms && max_keys >= kMinPrefillKeys)) {
-    plan.prefill = true;
+  // The prefill kernel takes every call the decode kernel would not split (it measured faster
+  // unsplit at every shape of the attention benchmark: bench/README.md#variant-log, run 29).
+  plan.prefill = p.kernel != AttentionKernel::kDecode;
+  const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
+  if (p.kernel == AttentionKernel::kPrefill || ctas == 0 || ctas >= num_sms ||
+      max_tiles < kMinTilesToSplit) {
     return plan;
   }
-  const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
-  if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
   // Fill the SMs once, each slice with at least kMinSliceTiles tiles.
   int64_t splits = std::min<int64_t>(num_sms / ctas, max_tiles / kMinSliceTiles);
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
   if (workspace_bytes >= 0) splits = std::min(splits, workspace_bytes / row_bytes);
   if (splits <= 1) return plan;
+  plan.prefill = false;
   plan.splits = static_cast<int32_t>(splits);
   plan.workspace_bytes = splits * row_bytes;
   return plan;

@@ -17,7 +17,7 @@ struct DsMlaPlan {
   int32_t group_heads = 0;
   int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
   int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
-  bool prefill = false;  // the prefill kernel (never split) instead of the decode kernel
+  bool prefill = false;  // the prefill kernel (never split), else the decode kernel
   int64_t workspace_bytes = 0;
 };
 
@@ -33,7 +33,8 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from
 // device data: splits only when tokens x head groups leave SMs idle, and never more than the
-// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing).
+// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing); the decode
+// kernel runs split plans, the prefill kernel the others (params.kernel can force either).
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 

@@ -189,6 +189,12 @@ class DeviceProblem {
   SparseAttentionParams p_;
 };
 
+// True when the call these device params describe runs the prefill kernel, which rounds P to
+// bf16 once (the comparison's wider bound).
+bool rounds_p(const SparseAttentionParams& device_params) {
+  return sparse_attention_kernel(device_params) == AttentionKernel::kPrefill;
+}
+
 struct Shape {
   int32_t heads, width, extra_width, swa_block, extra_block, tokens;
   CacheDtype swa_dtype, extra_dtype;
@@ -202,7 +208,9 @@ std::string describe(const Shape& s) {
   std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s%s", s.heads, s.width,
                 s.extra_width, s.swa_block, s.extra_block, s.tokens, cache_dtype_name(s.swa_dtype),
                 cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "",
-                s.kernel == AttentionKernel::kPrefill ? " prefill" : "");
+                s.kernel == AttentionKernel::kPrefill
+                    ? " prefill"
+                    : (s.kernel == AttentionKernel::kDecode ? " decode" : ""));
   return buf;
 }
 
@@ -282,7 +290,9 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
          std::to_string(s.extra_width) + "_B" + std::to_string(s.swa_block) + "x" +
          std::to_string(s.extra_block) + "_T" + std::to_string(s.tokens) + "_" +
          cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "") +
-         (s.kernel == AttentionKernel::kPrefill ? "_prefill" : "");
+         (s.kernel == AttentionKernel::kPrefill
+              ? "_prefill"
+              : (s.kernel == AttentionKernel::kDecode ? "_decode" : ""));
 }
 
 // Every listed value of every axis appears; heads 3, 20 and 100 check head counts that are not
@@ -368,6 +378,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{16, 2048, 0, 256, 0, 12, kDs, kDs, false, false, kPre}),
     shape_name);
 
+// The decode kernel unsplit (the prefill kernel takes these shapes by default): every cache
+// dtype it reads, heads and widths as above.
+constexpr AttentionKernel kDec = AttentionKernel::kDecode;
+INSTANTIATE_TEST_SUITE_P(
+    DecodeKernelShapes, AttentionCudaVsCpu,
+    ::testing::Values(Shape{1, 1, 0, 64, 0, 256, kDs, kDs, false, false, kDec},
+                      Shape{8, 63, 100, 64, 2, 64, kDs, kDs, true, false, kDec},
+                      Shape{32, 133, 0, 64, 0, 64, kBf, kBf, true, false, kDec},
+                      Shape{128, 256, 512, 256, 2, 16, kDs, kDs, true, false, kDec},
+                      Shape{3, 640, 100, 256, 256, 64, kBf, kBf, false, false, kDec},
+                      Shape{20, 1152, 0, 64, 0, 16, kDs, kDs, true, false, kDec},
+                      Shape{100, 63, 100, 64, 2, 256, kDs, kDs, false, false, kDec},
+                      Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kDec}),
+    shape_name);
+
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {
   SmallProblem(int32_t heads, int32_t tokens, int32_t width, CacheDtype dtype = kDs)
@@ -444,7 +469,8 @@ TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
                                  {"params.swa_indices[0][0]: slot", "is outside the cache"}));
   SparseAttentionParams ref = p.hp;
   ref.swa_indices = masked.view();
-  const AttentionComparison e = compare_attention(ref, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -475,7 +501,8 @@ TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
                                  {"params.swa_indices[0][0]: slot -2 is below -1"}));
   SparseAttentionParams ref = p.hp;
   ref.swa_indices = masked.view();
-  const AttentionComparison e = compare_attention(ref, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -490,7 +517,8 @@ TEST(AttentionCuda, DeviceLensOutsideTheWidthAreClamped) {
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int t = 0; t < 6; ++t) p.rows.lens[t] = std::clamp(wild[t], 0, 32);
-  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -518,7 +546,8 @@ TEST(AttentionCuda, GraphCaptureAndReplayAfterInPlaceUpdates) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
+    const AttentionComparison e =
+        compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
     EXPECT_EQ(e.failures, 0) << "replay " << step << ": " << e.first_failure;
   }
   cudaGraphExecDestroy(exec);
@@ -575,7 +604,7 @@ TEST(AttentionCuda, HostStagedEntryPointMatchesTheDevicePath) {
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out, dev.out());
-  const AttentionComparison e = compare_attention(p.hp, out, lse);
+  const AttentionComparison e = compare_attention(p.hp, out, lse, rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -605,7 +634,8 @@ TEST(AttentionCuda, KnownPointerDeviceSkipsTheQueriesButNotTheChecks) {
   known.pointers_device = device;
   SPARSE_SWA_ASSERT_OK(sparse_attention(known));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 
   SparseAttentionParams bad = known;
@@ -699,7 +729,7 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   DeviceProblem dev(hp, cache, idx, nullptr, nullptr, q, {});
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse());
+  const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -709,32 +739,38 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   HostCache bf(kBf, 64, 256, 7);
-  IndexRows many(sms, 640, 640), few(sms - 1, 640, 640), narrow(sms, 127, 127);
+  IndexRows many(sms, 640, 640), few(4, 640, 640), narrow(4, 63, 63);
   std::vector<uint16_t> q = random_q(int64_t{sms} * 64, 8);
   SparseAttentionParams p;
   p.num_heads = 64;
   p.q = q.data();
   p.swa_cache = bf.view();
   p.swa_cache.space = MemorySpace::kDevice;  // views only: nothing runs
-  auto kernel_for = [&](const IndexRows& rows, CacheDtype dtype, AttentionKernel forced) {
+  int64_t unused_workspace = 0;
+  auto kernel_for = [&](const IndexRows& rows, CacheDtype dtype, AttentionKernel forced,
+                        bool workspace) {
     p.num_tokens = rows.rows;
     p.swa_indices = rows.view();
     p.swa_indices.space = MemorySpace::kDevice;
     p.swa_cache.dtype = dtype;
     p.kernel = forced;
+    p.workspace = workspace ? &unused_workspace : nullptr;
+    p.workspace_bytes = workspace ? sparse_attention_max_workspace_bytes() : 0;
     return sparse_attention_kernel(p);
   };
   const AttentionKernel kAuto = AttentionKernel::kAuto, kDec = AttentionKernel::kDecode;
-  if (kernel_for(many, kBf, kAuto) == kAuto) GTEST_SKIP() << "no sm_90a code for this device";
-  // bf16 tokens x head groups that fill the SMs, 128 keys or more: the prefill kernel.
-  EXPECT_EQ(kernel_for(many, kBf, kAuto), kPre);
-  EXPECT_EQ(kernel_for(few, kBf, kAuto), kDec);
-  EXPECT_EQ(kernel_for(narrow, kBf, kAuto), kDec);
-  EXPECT_EQ(kernel_for(many, kDs, kAuto), kDec);  // fp8_ds_mla: the decode kernel
-  EXPECT_EQ(kernel_for(many, kBf, kDec), kDec);
-  EXPECT_EQ(kernel_for(few, kBf, kPre), kPre);
-  EXPECT_EQ(kernel_for(few, kDs, kPre), kPre);
-  EXPECT_EQ(kernel_for(many, kE4, kDec), kAuto);  // refused (below): the general kernel's cache
+  if (kernel_for(many, kBf, kAuto, true) == kAuto) GTEST_SKIP() << "no sm_90a code here";
+  for (const CacheDtype dtype : {kBf, kDs}) {
+    // Tokens x head groups that fill the SMs: never split, the prefill kernel.
+    EXPECT_EQ(kernel_for(many, dtype, kAuto, true), kPre);
+    // A small batch of long rows splits with a workspace (the decode kernel), not without one.
+    EXPECT_EQ(kernel_for(few, dtype, kAuto, true), kDec);
+    EXPECT_EQ(kernel_for(few, dtype, kAuto, false), kPre);
+    EXPECT_EQ(kernel_for(narrow, dtype, kAuto, true), kPre);  // too few keys to split
+    EXPECT_EQ(kernel_for(many, dtype, kDec, false), kDec);
+    EXPECT_EQ(kernel_for(few, dtype, kPre, true), kPre);
+  }
+  EXPECT_EQ(kernel_for(many, kE4, kDec, false), kAuto);  // the general kernel's cache
 }
 
 TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
@@ -759,7 +795,8 @@ TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
   bad.kernel = AttentionKernel::kDecode;
   SPARSE_SWA_EXPECT_OK(sparse_attention(bad));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const AttentionComparison e = compare_attention(p.hp, dev.out(), dev.lse());
+  const AttentionComparison e =
+      compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 

@@ -119,11 +119,37 @@ def random_indices(rng, tokens, width, num_slots):
     return idx, lens
 
 
-def assert_attention_close(out_bits, lse, ref_bits, ref_lse):
+def weighted_abs_v(q_bits, segments, scale, sinks):
+    """Per output element [T, H, 512]: the softmax-weighted mean of |V| over the token's keys (sink
+    included), the scale of the error the prefill kernel's bf16 P adds (docs/design.md#attention-
+    precision). segments: (cache, block, indices [T, W], lens [T]) each."""
+    q = sparse_swa.from_bf16_bits(q_bits).astype(np.float64)
+    tokens, heads, _ = q.shape
+    out = np.zeros(q.shape)
+    for t in range(tokens):
+        slots = [int(s) for cache, block, idx, lens in segments for s in idx[t, : lens[t]]
+                 if s >= 0]
+        if not slots:
+            continue
+        keys = np.concatenate([sparse_swa.decode_kv(cache, block, np.array(
+            [s for s in idx[t, : lens[t]] if s >= 0], np.int64)).astype(np.float64)
+            for cache, block, idx, lens in segments if (idx[t, : lens[t]] >= 0).any()])
+        score = scale * q[t] @ keys.T  # [H, n]
+        m = score.max(axis=1, keepdims=True)
+        w = np.exp(score - m)
+        total = w.sum(axis=1)
+        factor = 1.0 / total / (1.0 + np.exp(sinks - (m[:, 0] + np.log(total))))
+        out[t] = (w @ np.abs(keys)) * factor[:, None]
+    return out
+
+
+def assert_attention_close(out_bits, lse, ref_bits, ref_lse, abs_v):
     got = sparse_swa.from_bf16_bits(out_bits).astype(np.float64)
     ref = sparse_swa.from_bf16_bits(ref_bits).astype(np.float64)
-    # bf16 output: the fp32 and the double accumulation may round to neighbouring values.
-    np.testing.assert_allclose(got, ref, rtol=2**-7, atol=1e-3)
+    # bf16 output: the fp32 and the double accumulation may round to neighbouring values; the
+    # prefill kernel's bf16 P adds up to 2^-9 x the weighted mean of |V| (allowed twice over).
+    assert np.all(np.abs(got - ref) <= 2**-7 * np.abs(ref) + 2**-8 * abs_v + 1e-3), (
+        np.abs(got - ref) - 2**-7 * np.abs(ref) - 2**-8 * abs_v).max()
     assert np.array_equal(np.isinf(lse), np.isinf(ref_lse))
     finite = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-3)
@@ -156,7 +182,11 @@ def test_attention_on_device_matches_the_cpu_path(heads, tokens, extra):
         torch.from_numpy(lens).cuda(), 0.05, torch.from_numpy(sinks).cuda(), **kw_dev)
     assert out.dtype == torch.bfloat16 and out.is_cuda and lse.is_cuda
     torch.cuda.synchronize()
-    assert_attention_close(bits_of(out), lse.cpu().numpy(), ref_out, ref_lse)
+    segments = [(swa, BLOCK, idx[:, 0, :], lens)]
+    if extra:
+        segments.append((comp, 2, eidx[:, 0, :], elens))
+    abs_v = weighted_abs_v(q_bits, segments, 0.05, sinks)
+    assert_attention_close(bits_of(out), lse.cpu().numpy(), ref_out, ref_lse, abs_v)
     # out= / lse= are written in place; uint16 bits in give uint16 bits out.
     o = torch.zeros_like(dq)
     l_ = torch.zeros((tokens, heads), dtype=torch.float32, device="cuda")
