@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sparse MLA attention on the tensor cores for fp8_ds_mla or bf16 caches, sm_90a only (the
 // semantics are include/sparse_swa/attention.h's, the CPU reference
-// src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels).
+// src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels): the plan and
+// launcher of both kernels, and the decode kernel, which takes the split plans (the prefill
+// kernel, attention_ds_mla_prefill.cu, the others).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
@@ -336,7 +338,7 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   const int64_t max_keys =
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
   // The prefill kernel takes every call the decode kernel would not split (it measured faster
-  // unsplit at every shape of the attention benchmark: bench/README.md#variant-log, run 29).
+  // unsplit at every shape of the attention benchmark: bench/README.md#variant-log, run 34).
   plan.prefill = p.kernel != AttentionKernel::kDecode;
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
   if (p.kernel == AttentionKernel::kPrefill || ctas == 0 || ctas >= num_sms ||
