@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/fp8_e4m3.h"
+#include "cuda/attention_ds_mla.cuh"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
 #include "support/device_array.h"
@@ -798,6 +799,65 @@ TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
   const AttentionComparison e =
       compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
+// The plan of the tensor-core kernels is host arithmetic on shapes: checked here without a device
+// (docs/design.md#attention-kernels). A partial row is 512 fp32 + (max, sum) = 2056 bytes.
+TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKernel) {
+  constexpr int kSms = 132;
+  constexpr int64_t kRow = 2056;
+  SparseAttentionParams p;
+  p.num_heads = 64;
+  p.swa_indices.width = 640;  // 20 tiles of 32 keys
+  auto plan = [&](int64_t tokens, int64_t workspace) {
+    p.num_tokens = tokens;
+    p.swa_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, kSms, workspace);
+  };
+  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs, 10 slices of 2 tiles at most.
+  detail::DsMlaPlan d = plan(4, -1);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.groups, 1);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_EQ(d.workspace_bytes, 10 * 4 * 64 * kRow);
+  // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
+  d = plan(4, 3 * 4 * 64 * kRow + 100);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 3);
+  for (const int64_t workspace : {int64_t{0}, 2 * 4 * 64 * kRow - 1}) {
+    d = plan(4, workspace);
+    EXPECT_TRUE(d.prefill) << workspace;
+    EXPECT_EQ(d.splits, 1);
+    EXPECT_EQ(d.workspace_bytes, 0);
+  }
+  // Tokens x groups that fill the SMs never split.
+  d = plan(kSms, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  p.num_heads = 128;  // 2 groups: 66 tokens fill the SMs, 65 do not (splits 132 / 130 = 1 anyway)
+  EXPECT_TRUE(plan(66, -1).prefill);
+  EXPECT_EQ(plan(66, -1).groups, 2);
+  EXPECT_TRUE(plan(65, -1).prefill);
+  EXPECT_FALSE(plan(33, -1).prefill);  // 66 CTAs: 2 slices each
+  EXPECT_EQ(plan(33, -1).splits, 2);
+  p.num_heads = 64;
+  // Fewer than 8 tiles (SWA 128 + extra 96 = 224 keys, 7 tiles): never split.
+  p.swa_indices.width = 128;
+  p.extra_indices.rows = 1;
+  p.extra_indices.width = 96;
+  EXPECT_TRUE(plan(1, -1).prefill);
+  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 4 slices of 2 or more
+  EXPECT_FALSE(plan(1, -1).prefill);
+  EXPECT_EQ(plan(1, -1).splits, 4);
+  // Forced kernels.
+  p.kernel = AttentionKernel::kPrefill;
+  d = plan(1, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, 0);
+  p.kernel = AttentionKernel::kDecode;
+  d = plan(kSms, -1);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
 }
 
 }  // namespace
