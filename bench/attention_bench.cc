@@ -70,7 +70,7 @@ const Scenario kScenarios[] = {
     {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
     {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
     {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
-    // Prefill (FlashMLA's sparse prefill reads a bf16 copy of the keys).
+    // Prefill (bench/flashmla_bench.py times FlashMLA's on a bf16 copy of the keys).
     {"prefill_h64_t4096_bf16", 4096, 64, 128, 512, 64, 1.0, 1, 644, 32768, CacheDtype::kBf16},
     {"prefill_h64_t4096_fp8", 4096, 64, 128, 512, 64, 1.0, 1, 0, 32768},
     {"prefill_h128_t4096_bf16", 4096, 128, 128, 1024, 64, 1.0, 1, 2037, 32768, CacheDtype::kBf16},

@@ -65,12 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = Layout<kBf16>;
   extern __shared__ uint8_t smem_raw[];
   Cta<L> c;
-  {
-    const uint32_t raw_addr = ptx::smem_addr(smem_raw);
-    const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
-    c.base = smem_raw + pad;
-    c.sbase = raw_addr + pad;
-  }
+  place_smem(c, smem_raw);
   const int tid = threadIdx.x;
   c.split = static_cast<int>(blockIdx.x % a.splits);
   const int64_t tg = blockIdx.x / a.splits;

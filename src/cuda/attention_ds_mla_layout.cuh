@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/mma_ptx.cuh"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
 
@@ -94,6 +95,15 @@ struct Segment {
   const uint8_t* cache;  // [num_blocks, page_stride] bytes
   int64_t page_stride;
 };
+
+// The page that holds slot idx (idx < s.num_slots) and the slot's place in it.
+__device__ __forceinline__ const uint8_t* slot_page(const Segment& s, uint32_t idx,
+                                                    uint32_t& offset) {
+  const uint32_t block =
+      static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
+  offset = idx - block * s.block_size;
+  return s.cache + static_cast<int64_t>(block) * s.page_stride;
+}
 
 struct Args {
   const uint16_t* q;   // [T, H, 512] bf16
@@ -195,5 +205,15 @@ struct Cta {
   __device__ uint32_t p_full(int b) const { return bar(2 * L::kKStages + b); }
   __device__ uint32_t p_empty(int b) const { return bar(2 * L::kKStages + L::kPBufs + b); }
 };
+
+// Points c at the dynamic shared memory `raw`, from its first 1024-byte boundary (the swizzled
+// tiles need 1024-byte bases; the layouts' kSmem includes the slack).
+template <class L>
+__device__ __forceinline__ void place_smem(Cta<L>& c, uint8_t* raw) {
+  const uint32_t raw_addr = ptx::smem_addr(raw);
+  const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
+  c.base = raw + pad;
+  c.sbase = raw_addr + pad;
+}
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -93,11 +93,9 @@ __device__ __forceinline__ const uint8_t* block_row(const Args& a, const Cta<PL>
   const int64_t j = int64_t{b} * kBlockKeys + key;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    const uint32_t block =
-        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
-    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
-    return s.cache + static_cast<int64_t>(block) * s.page_stride +
-           static_cast<int64_t>(offset) * kBf16TokenBytes;
+    uint32_t offset;
+    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
+    return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
   }
   if (counter && c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
   return nullptr;
@@ -153,10 +151,8 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b,
   const int64_t j = int64_t{b} * kBlockKeys + key;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    const uint32_t block =
-        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
-    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
-    const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
+    uint32_t offset;
+    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
     const uint8_t* data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
 #pragma unroll
     for (int i = 0; i < kNopeChunks / 4; ++i) {
@@ -464,12 +460,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   Cta<PL> c;
-  {
-    const uint32_t raw_addr = ptx::smem_addr(smem_raw);
-    const uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
-    c.base = smem_raw + pad;
-    c.sbase = raw_addr + pad;
-  }
+  place_smem(c, smem_raw);
   const int tid = threadIdx.x;
   c.split = 0;
   c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;

@@ -44,10 +44,8 @@ __device__ __forceinline__ KeySource resolve_key(const Args& a, const Cta<L>& c,
   const int64_t j = int64_t{c.tile0 + i} * kKeys + (tid >> 2);
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    const uint32_t block =
-        static_cast<uint32_t>((static_cast<uint64_t>(idx) * s.block_magic) >> s.block_shift);
-    const uint32_t offset = static_cast<uint32_t>(idx) - block * s.block_size;
-    const uint8_t* page = s.cache + static_cast<int64_t>(block) * s.page_stride;
+    uint32_t offset;
+    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
     if constexpr (L::kBf16) {
       k.data = page + static_cast<int64_t>(offset) * kBf16TokenBytes;
     } else {
