@@ -266,11 +266,12 @@ __device__ void prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
 // S = Q K^T of the block in buffer `k_base` (32 wgmma m64n32k16 steps of 16 dims; a step's
 // column block is step / 4, 32 bytes apart inside it).
 __device__ __forceinline__ void qk_block(float (&s)[16], uint32_t q_base, uint32_t k_base) {
+  const uint64_t q_desc = ptx::sw128_desc(q_base), k_desc = ptx::sw128_desc(k_base);
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
     const uint32_t inner = (step & 3) * 32;
-    const uint64_t da = ptx::sw128_desc(q_base + (step >> 2) * (kGroupHeads * 128) + inner);
-    const uint64_t db = ptx::sw128_desc(k_base + (step >> 2) * PL::kColBlock + inner);
+    const uint64_t da = ptx::desc_advance(q_desc, (step >> 2) * (kGroupHeads * 128) + inner);
+    const uint64_t db = ptx::desc_advance(k_desc, (step >> 2) * PL::kColBlock + inner);
     if (step == 0) {
       ptx::wgmma_m64n32k16_first(s, da, db);
     } else {
@@ -279,12 +280,19 @@ __device__ __forceinline__ void qk_block(float (&s)[16], uint32_t q_base, uint32
   }
 }
 
-// V descriptor of K buffer `k_base`: keys 16 kk + [0, 16) x dims 256 w + 128 h + [0, 128).
-__device__ __forceinline__ uint64_t v_desc(uint32_t k_base, int w, int h, int kk) {
-  return ptx::sw128_desc(k_base + (4 * w + 2 * h) * PL::kColBlock + kk * 2048, PL::kColBlock, 1024);
+// V descriptor of a K buffer (descriptor `v0` of its first byte): keys 16 kk + [0, 16) x dims
+// 256 w + 128 h + [0, 128).
+__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int h, int kk) {
+  return ptx::desc_advance(v0, (4 * w + 2 * h) * PL::kColBlock + kk * 2048);
+}
+__device__ __forceinline__ uint64_t v_base_desc(uint32_t k_base) {
+  return ptx::sw128_desc(k_base, PL::kColBlock, 1024);
 }
 
-__device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
+// w as a template argument: every shared-memory address below is then warp-uniform, and the
+// wgmma descriptors live in uniform registers.
+template <int w>
+__device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
   RoleClock clk(a, 1 + w);  // slots: print_profile's kPrefillMath
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
@@ -390,20 +398,20 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int w, int tid) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_k, w, h, kk));
+        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(v_base_desc(my_k), w, h, kk));
       }
     }
     ptx::wgmma_commit();
     ptx::named_barrier(5, 256);  // both P tiles are in shared memory
     clk.lap(5);
-    const uint32_t other_p = c.sbase + PL::kPOff + (1 - w) * kPBytes;
+    const uint64_t other_p = ptx::sw128_desc(c.sbase + PL::kPOff + (1 - w) * kPBytes);
     ptx::wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
-        ptx::wgmma_m64n128k16_bt(o[h], ptx::sw128_desc(other_p + kk * 32),
-                                 v_desc(other_k, w, h, kk), true);
+        ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
+                                 v_desc(v_base_desc(other_k), w, h, kk), true);
       }
     }
     ptx::wgmma_commit();
@@ -492,7 +500,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     load_q(a, c, tid);
     ptx::fence_proxy_async();
     ptx::named_barrier(4, 256);
-    prefill_math(a, c, wg, tid & 127);
+    if (wg == 0) {
+      prefill_math<0>(a, c, tid);
+    } else {
+      prefill_math<1>(a, c, tid - 128);
+    }
   }
 #else
   (void)a;  // sm_90a only

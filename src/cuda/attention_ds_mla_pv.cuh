@@ -232,17 +232,17 @@ __device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane)
     }
     clk.lap(1);
     if (!skip) {
-      const uint32_t pt = c.sbase + L::kPOff + b * kPBytes;
-      const uint32_t vt = c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128);
+      const uint64_t pt = ptx::sw128_desc(c.sbase + L::kPOff + b * kPBytes);
+      const uint64_t vt = ptx::sw128_desc(
+          c.sbase + kKOff + stage * kKBytes + (d0 / 64) * (kKeys * 128), kKeys * 128, 1024);
       ptx::wgmma_fence();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (j >= 2 && (a.ablate & kAblatePLo)) break;
-          const uint64_t da = ptx::sw128_desc(pt + j * 32);
-          const uint64_t db =
-              ptx::sw128_desc(vt + h * 2 * (kKeys * 128) + (j & 1) * 2048, kKeys * 128, 1024);
+          const uint64_t da = ptx::desc_advance(pt, j * 32);
+          const uint64_t db = ptx::desc_advance(vt, h * 2 * (kKeys * 128) + (j & 1) * 2048);
           ptx::wgmma_m64n128k16_bt(o[h], da, db, true);
         }
       }

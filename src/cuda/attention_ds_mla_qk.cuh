@@ -34,12 +34,13 @@ template <class L>
 __device__ __forceinline__ void qk_issue_wgmma(const Cta<L>& c, int stage, float (&d)[16]) {
   const uint32_t q_base = c.sbase + kQOff;
   const uint32_t k_base = c.sbase + kKOff + stage * kKBytes;
+  const uint64_t q_desc = ptx::sw128_desc(q_base), k_desc = ptx::sw128_desc(k_base);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     const uint32_t step = (kk & 3) * 32;  // 16 bf16 along K inside a 128-byte row
-    const uint64_t da = ptx::sw128_desc(q_base + (kk >> 2) * (kGroupHeads * 128) + step);
-    const uint64_t db = ptx::sw128_desc(k_base + (kk >> 2) * (kKeys * 128) + step);
+    const uint64_t da = ptx::desc_advance(q_desc, (kk >> 2) * (kGroupHeads * 128) + step);
+    const uint64_t db = ptx::desc_advance(k_desc, (kk >> 2) * (kKeys * 128) + step);
     if (kk == 0) {
       ptx::wgmma_m64n32k16_first(d, da, db);
     } else {

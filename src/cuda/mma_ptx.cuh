@@ -121,6 +121,14 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
+// Descriptor `desc` moved `bytes` further into shared memory: only the low word's address field
+// changes, and it cannot carry (shared addresses are below 2^18, the field holds addr >> 4), so
+// an unrolled loop's steps cost one 32-bit add each instead of rebuilding the descriptor.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
+
 // d[64 x 32] (+)= a[64 x 16] * b[16 x 32], bf16 in, fp32 accumulators; a and b K-major in
 // shared memory. Warp w of the warpgroup holds rows 16w..16w+15 in the m16n8 layout, n-tile j
 // in d[4j..4j+3].
