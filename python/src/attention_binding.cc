@@ -192,8 +192,17 @@ Status renamed(const Status& status) {
 }
 
 struct AttentionArgs {
-  nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream;
+  nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel;
 };
+
+AttentionKernel kernel_from(nb::handle value) {
+  const std::string name = string_from_python(value, "kernel");
+  if (name == "auto") return AttentionKernel::kAuto;
+  if (name == "decode") return AttentionKernel::kDecode;
+  if (name == "prefill") return AttentionKernel::kPrefill;
+  raise_value_error(
+      str_cat("kernel: expected \"auto\", \"decode\" or \"prefill\", got ", value_text(value)));
+}
 
 std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
                                              nb::handle block_size_obj, nb::handle indices_obj,
@@ -260,6 +269,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
     p.sinks = sinks.data();
   }
   p.softmax_scale = scale;
+  p.kernel = kernel_from(k.kernel);
   nb::object out, lse;
   if (k.out.is_none()) {
     const NewArray a = new_array(call, q.elem, {tokens, heads, dim}, "out", "q");
@@ -337,10 +347,10 @@ void bind_attention(nb::module_& m) {
       [](nb::handle q, nb::handle cache, nb::handle block_size, nb::handle indices, nb::handle lens,
          nb::handle scale, nb::handle sinks, nb::handle dtype, nb::handle extra_cache,
          nb::handle extra_block_size, nb::handle extra_indices, nb::handle extra_lens,
-         nb::handle out, nb::handle lse, nb::handle stream) {
+         nb::handle out, nb::handle lse, nb::handle stream, nb::handle kernel) {
         return attention(
             q, cache, block_size, indices, lens, scale, sinks, dtype,
-            {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream});
+            {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel});
       },
       nb::arg("q").none(), nb::arg("swa_cache").none(), nb::arg("swa_block_size").none(),
       nb::arg("indices").none(), nb::arg("lens").none(), nb::arg("scale") = nb::none(),
@@ -348,6 +358,7 @@ void bind_attention(nb::module_& m) {
       nb::arg("extra_cache") = nb::none(), nb::arg("extra_block_size") = nb::none(),
       nb::arg("extra_indices") = nb::none(), nb::arg("extra_lens") = nb::none(),
       nb::arg("out") = nb::none(), nb::arg("lse") = nb::none(), nb::arg("stream") = nb::none(),
+      nb::arg("kernel").none() = nb::str("auto"),
       "Sparse MLA attention over the SWA segment and an optional compressed (extra) segment:\n"
       "q [T, H, 512] bfloat16 (or uint16 bf16 bits), swa_cache [num_blocks, page_stride_bytes]\n"
       "uint8, indices [T, W] or [T, 1, W] int32 slot ids (-1 = skip; the builder's arrays as\n"
@@ -360,7 +371,9 @@ void bind_attention(nb::module_& m) {
       "current one) the CUDA kernels, asynchronously on `stream`: None = torch's current\n"
       "stream for torch tensors, else the legacy default stream; an int (cudaStream_t) or an\n"
       "object with .cuda_stream or __cuda_stream__(). The split-KV workspace is allocated once\n"
-      "per (device, stream) and cached.");
+      "per (device, stream) and cached. kernel: \"auto\" (the choice from the shapes), or\n"
+      "\"decode\" / \"prefill\" to force a tensor-core kernel (tests, measurements; an error\n"
+      "where it cannot run); host arrays have one path and ignore it.");
 }
 
 }  // namespace sparse_swa::python

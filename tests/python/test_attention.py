@@ -131,6 +131,21 @@ def test_attention_sinks_scale_the_output():
     assert np.array_equal(out[0, 0], to_bf16_bits(decoded * np.float32(0.5)))
 
 
+def test_attention_kernel_choice_is_checked_and_host_arrays_have_one_path():
+    rng = np.random.default_rng(9)
+    cache = new_cache(2)
+    sparse_swa.encode_kv(cache, BLOCK, rng.standard_normal((3, 512)).astype(np.float32),
+                         np.array([1, 5, 70], dtype=np.int64))
+    q = to_bf16_bits(rng.standard_normal((1, 2, 512)).astype(np.float32))
+    idx, lens = np.array([[1, 5, 70]], dtype=np.int32), np.array([3], dtype=np.int32)
+    out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens)
+    for kernel in ("decode", "prefill"):  # CUDA only: the CPU reference ignores the choice
+        got_out, got_lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, kernel=kernel)
+        assert np.array_equal(got_out, out) and np.array_equal(got_lse, lse)
+    with pytest.raises(ValueError, match='^kernel: expected "auto", "decode" or "prefill", got'):
+        sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, kernel="fast")
+
+
 def test_codec_and_attention_errors_name_the_field():
     cache = new_cache(1)
     rows = np.zeros((1, 512), dtype=np.float32)
