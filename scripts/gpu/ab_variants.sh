@@ -5,6 +5,7 @@
 # Each variant is .gpu-bin/var-NAME/{sparse_swa_tests,sparse_swa_attention_bench} (built here from
 # a patched tree, as bench/README.md's variant log describes); "head" is .gpu-bin itself. Runs
 # each variant's attention tests, then every benchmark one after the other in this one session.
+# (A tests run takes ~35 s, a full benchmark ~50 s; BENCH_ARGS="--filter prefill" ~25 s.)
 set -uo pipefail
 OUT=${OUT:-/tmp/sparse_swa_out}
 mkdir -p "$OUT"
@@ -15,7 +16,10 @@ for v in ${VARS:-}; do
   echo "exit $?"
   grep -E "^\[  FAILED|PASSED|largest" "$OUT/tests_$v.log" | sort -u | head -5
 done
-for v in head ${VARS:-}; do
+# WITH_HEAD=0 leaves out the benchmark of .gpu-bin itself (when the session already has it).
+heads=head
+[[ ${WITH_HEAD:-1} == 0 ]] && heads=
+for v in $heads ${VARS:-}; do
   b=.gpu-bin/var-$v/sparse_swa_attention_bench
   [[ $v == head ]] && b=.gpu-bin/sparse_swa_attention_bench
   echo "== bench $v"
