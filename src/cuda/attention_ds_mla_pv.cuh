@@ -138,6 +138,27 @@ __device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
   }
 }
 
+// Calls put(r, ro, col, x, y) for each pair of values this thread holds of warpgroup g's
+// accumulators: rows r = row, row + 8 (those below c.heads, ro = row_out of r), dims col, col + 1
+// = 256 g + 8 j + 2 (lane % 4) + {0, 1} (the m64n128 layout of two halves).
+template <class L, class Put>
+__device__ __forceinline__ void for_each_pair(const Args& a, const Cta<L>& c,
+                                              const float (&o)[2][64], int g, int row, int lane,
+                                              Put put) {
+  const int d0 = 256 * g;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row + 8 * half;
+    if (r >= c.heads) continue;
+    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      put(r, ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
+          o[j >> 4][4 * (j & 15) + 2 * half + 1]);
+    }
+  }
+}
+
 // The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
 // way of shared memory: the accumulator fragments go into a [64, 512] bf16 tile over Q's bytes
 // (free once barrier 2 has passed: every QK step done), 1024-byte rows with the 16-byte chunks
@@ -146,22 +167,11 @@ __device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
 template <class L>
 __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
-  const int d0 = 256 * g;
   uint8_t* tile = c.base + kQOff;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = row + 8 * half;
-    if (r >= c.heads) continue;
-    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int col = d0 + j * 8 + 2 * (lane & 3);
-      *reinterpret_cast<uint32_t*>(tile + r * 1024 + (((col >> 3) ^ (r & 7)) << 4) +
-                                   (col & 7) * 2) =
-          pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * ro.factor,
-                    o[j >> 4][4 * (j & 15) + 2 * half + 1] * ro.factor);
-    }
-  }
+  for_each_pair(a, c, o, g, row, lane, [tile](int r, const RowOut& ro, int col, float x, float y) {
+    *reinterpret_cast<uint32_t*>(tile + r * 1024 + (((col >> 3) ^ (r & 7)) << 4) + (col & 7) * 2) =
+        pack_bf16(x * ro.factor, y * ro.factor);
+  });
   ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
   uint16_t* dst = a.out + (c.t * a.num_heads + c.h0) * kHeadDim;
   for (int i = tid256; i < c.heads * 64; i += 256) {
@@ -171,29 +181,19 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
   }
 }
 
-// The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8, the
-// m64n128 layout of two halves), finished or partial; tid256 = the thread's index among the 256
-// threads of the two warpgroups that hold a group's O.
+// The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8),
+// finished or partial; tid256 = the thread's index among the 256 threads of the two warpgroups
+// that hold a group's O.
 template <class L>
 __device__ __forceinline__ void write_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
-  const int d0 = 256 * g;
   if (a.splits == 1 && c.heads > 32) {
     store_rows(a, c, o, g, row, lane, tid256);
   } else {
     // Partials and small groups: straight from the fragments (the shared-memory pass measured
     // slower there; bench/README.md#variant-log, run 26).
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row + 8 * half;
-      if (r >= c.heads) continue;
-      const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        put2(ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
-             o[j >> 4][4 * (j & 15) + 2 * half + 1]);
-      }
-    }
+    for_each_pair(a, c, o, g, row, lane,
+                  [](int, const RowOut& ro, int col, float x, float y) { put2(ro, col, x, y); });
   }
 }
 

@@ -357,7 +357,7 @@ INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                          shape_name);
 
 // The prefill kernel, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too), widths
-// 1 to 2048 (odd 64-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens
+// 1 to 2048 (odd 32-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens
 // 0, full and between, -1 holes (fill_rows).
 constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
 INSTANTIATE_TEST_SUITE_P(
