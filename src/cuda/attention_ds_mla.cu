@@ -80,27 +80,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
   c.tile0 = c.split * per_split;
   c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
-  // Q rows of the group, swizzled; heads past the group are zero rows. Eight 16-byte loads per
-  // thread, all in flight before the first store.
-  constexpr int kQLoads = kGroupHeads * (kHeadDim / 8) / kThreads;
-  uint4 qv[kQLoads];
-#pragma unroll
-  for (int r = 0; r < kQLoads; ++r) {
-    const int i = tid + r * kThreads;
-    const int h = i / (kHeadDim / 8);
-    const int col = (i % (kHeadDim / 8)) * 8;
-    qv[r] =
-        h < c.heads
-            ? *reinterpret_cast<const uint4*>(a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
-            : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int r = 0; r < kQLoads; ++r) {
-    const int i = tid + r * kThreads;
-    *reinterpret_cast<uint4*>(
-        c.base + kQOff + sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) = qv[r];
-  }
-  ptx::fence_proxy_async();
   if (tid == 0) {
     for (int s = 0; s < L::kKStages; ++s) {
       ptx::mbar_init(c.k_full(s), 128);
@@ -112,6 +91,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
+  if (tid >= 128) {
+    // Q rows of the group, swizzled (heads past the group as zero rows), by the QK and PV
+    // warpgroups while the producer already loads index entries and gathers the first tiles.
+    constexpr int kChunks = kGroupHeads * (kHeadDim / 8);  // 16-byte chunks
+    constexpr int kQLoads = (kChunks + 383) / 384;
+    uint4 qv[kQLoads];
+#pragma unroll
+    for (int r = 0; r < kQLoads; ++r) {
+      const int i = tid - 128 + r * 384;
+      const int h = i / (kHeadDim / 8);
+      const int col = (i % (kHeadDim / 8)) * 8;
+      qv[r] = i < kChunks && h < c.heads
+                  ? *reinterpret_cast<const uint4*>(a.q +
+                                                    (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
+                  : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < kQLoads; ++r) {
+      const int i = tid - 128 + r * 384;
+      if (i < kChunks) {
+        *reinterpret_cast<uint4*>(
+            c.base + kQOff + sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) =
+            qv[r];
+      }
+    }
+    ptx::fence_proxy_async();  // wgmma reads Q through the async proxy
+    ptx::named_barrier(4, 384);
+  }
 
   const int wg = tid >> 7;
   if (wg == 0) {
@@ -137,35 +144,60 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Merges the splits of one (token, head) per warp: weights 2^(m_s - M), then the same finish as
-// the unsplit kernel.
-constexpr int kMergeWarps = 8;
-__global__ void __launch_bounds__(32 * kMergeWarps)
-    ds_mla_merge_kernel(const __grid_constant__ Args a) {
+// Merges the splits of a (token, head) row: kThreads threads per row, 512 / kThreads floats of it
+// each, the splits read kBatch at a time with every load in flight (a round trip per batch, not
+// two per split), their weights 2^(m_s - M) kept against a running M; then the same finish as
+// the unsplit kernel. Few rows take 128 threads each, many take a warp (fewer registers per row).
+template <int kThreads, int kBatch>
+__global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_constant__ Args a) {
+  constexpr int kVecs = kHeadDim / 4 / kThreads;  // float4s per thread
   const int64_t rows = a.num_tokens * a.num_heads;
-  const int64_t row = int64_t{blockIdx.x} * kMergeWarps + (threadIdx.x >> 5);
+  const int64_t row = int64_t{blockIdx.x} * (256 / kThreads) + threadIdx.x / kThreads;
   if (row >= rows) return;
-  const int lane = threadIdx.x & 31;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) m = fmaxf(m, a.partial_ml[s * rows + row].x);
-  float4 acc[4];
+  const int col = threadIdx.x % kThreads;  // float4 columns col + kThreads j
+  float m = -INFINITY, l = 0.0f;
+  float4 acc[kVecs];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float l = 0.0f;
-  if (m != -INFINITY) {
-    for (int s = 0; s < a.splits; ++s) {
-      const float2 ml = a.partial_ml[s * rows + row];
-      const float w = exp2f(ml.x - m);  // an empty split has max -inf: weight 0
-      if (w == 0.0f) continue;
-      l += w * ml.y;
-      const float4* po = reinterpret_cast<const float4*>(a.partial_o + (s * rows + row) * kHeadDim);
+  for (int j = 0; j < kVecs; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
+    float2 ml[kBatch];
+    float4 v[kBatch][kVecs];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float4 v = po[lane + 32 * k];
-        acc[k].x += w * v.x;
-        acc[k].y += w * v.y;
-        acc[k].z += w * v.z;
-        acc[k].w += w * v.w;
+    for (int k = 0; k < kBatch; ++k) {
+      const int64_t prow = int64_t{s0 + k} * rows + row;
+      const bool in = s0 + k < a.splits;
+      ml[k] = in ? a.partial_ml[prow] : make_float2(-INFINITY, 0.0f);
+      const float4* po = reinterpret_cast<const float4*>(a.partial_o + prow * kHeadDim);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        v[k][j] = in ? po[col + kThreads * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    float mb = m;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) mb = fmaxf(mb, ml[k].x);
+    if (mb == -INFINITY) continue;
+    const float corr = exp2f(m - mb);  // m = -inf: 0, and acc, l are still 0
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      acc[j].x *= corr;
+      acc[j].y *= corr;
+      acc[j].z *= corr;
+      acc[j].w *= corr;
+    }
+    m = mb;
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const float w = exp2f(ml[k].x - m);  // an empty split has max -inf: weight 0
+      if (w == 0.0f) continue;             // (and its O is not used: 0 * inf would be NaN)
+      l += w * ml[k].y;
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        acc[j].x += w * v[k][j].x;
+        acc[j].y += w * v[k][j].y;
+        acc[j].z += w * v[k][j].z;
+        acc[j].w += w * v[k][j].w;
       }
     }
   }
@@ -178,12 +210,22 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
   }
   uint16_t* y = a.out + row * kHeadDim;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint2 v = make_uint2(pack_bf16(acc[k].x * factor, acc[k].y * factor),
-                               pack_bf16(acc[k].z * factor, acc[k].w * factor));
-    *reinterpret_cast<uint2*>(y + (lane + 32 * k) * 4) = v;
+  for (int j = 0; j < kVecs; ++j) {
+    *reinterpret_cast<uint2*>(y + 4 * (col + kThreads * j)) =
+        make_uint2(pack_bf16(acc[j].x * factor, acc[j].y * factor),
+                   pack_bf16(acc[j].z * factor, acc[j].w * factor));
   }
-  if (lane == 0) a.lse[row] = lse;
+  if (col == 0) a.lse[row] = lse;
+}
+
+// The merge for `rows` rows: 128 threads a row while the rows' threads fit the SMs about once
+// (one wave; bench/README.md#variant-log, run 44), else a warp a row.
+void launch_merge(const Args& a, int64_t rows, int num_sms, cudaStream_t stream) {
+  if (rows * 128 <= int64_t{num_sms} * 1024) {
+    ds_mla_merge_kernel<128, 4><<<static_cast<unsigned>((rows + 1) / 2), 256, 0, stream>>>(a);
+  } else {
+    ds_mla_merge_kernel<32, 2><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(a);
+  }
 }
 
 // n / d as (n * m) >> (31 + l) for every n < 2^31 and 1 <= d < 2^31: with 2^l >= d and
@@ -321,9 +363,9 @@ bool applies(const SparseAttentionParams& p) {
 
 // Split-KV pays a partial (O, max, sum) per slice and a merge: a key list shorter than
 // kMinTilesToSplit tiles runs whole, and a slice gets at least kMinSliceTiles tiles
-// (bench/README.md#variant-log, run 21).
+// (bench/README.md#variant-log, runs 21 and 47).
 constexpr int64_t kMinTilesToSplit = 8;
-constexpr int64_t kMinSliceTiles = 2;
+constexpr int64_t kMinSliceTiles = 1;
 
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
@@ -434,8 +476,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   if (record) print_profile(timeline, blocks, plan.prefill);
   if (plan.splits > 1) {
     const int64_t rows = p.num_tokens * p.num_heads;
-    ds_mla_merge_kernel<<<static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps),
-                          32 * kMergeWarps, 0, stream>>>(a);
+    launch_merge(a, rows, num_sms, stream);
   }
   err = cudaGetLastError();
   if (err != cudaSuccess) {

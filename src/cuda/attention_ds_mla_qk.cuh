@@ -28,6 +28,15 @@ __device__ __forceinline__ float fast_exp2(float x) {  // 2^x, -inf -> 0
   return y;
 }
 
+// The running max after a block whose own max is `block`: the old one unless the block's exceeds
+// it by more than kMaxLag (log2 units), so that most blocks rescale no accumulator. P = 2^(s - max)
+// then stays below 2^kMaxLag; O and the sum carry the same factor, which the finish divides out
+// (docs/design.md#attention-precision).
+constexpr float kMaxLag = 8.0f;
+__device__ __forceinline__ float next_max(float m, float block) {
+  return block > m + kMaxLag ? block : m;  // m = -inf: any finite block moves it
+}
+
 // Starts S = Q K^T of K stage `stage` for all 64 rows (wgmma, asynchronous: one commit group);
 // d gets the m16n8 accumulator layout (n-tile j in d[4j..4j+3]) of warp q's 16 rows.
 template <class L>
@@ -119,7 +128,7 @@ __device__ __forceinline__ void softmax_tile(const Args& a, const Cta<L>& c, int
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.m[half], mx);
+    const float m_new = next_max(st.m[half], mx);
     const bool none = m_new == -INFINITY;
     const float corr = none ? 1.0f : fast_exp2(st.m[half] - m_new);
     st.m[half] = m_new;

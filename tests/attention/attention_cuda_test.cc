@@ -320,7 +320,9 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
                          shape_name);
 
 // Small batches with a workspace: the keys of each token are split over several CTAs and merged
-// (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2).
+// (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
+// merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
+// row past that: 1 token x 64 heads (10 splits) and 20 x 64 (1280 rows, 6 splits) take each.
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                          ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                                            Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
@@ -329,7 +331,8 @@ INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                                            Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
                                            Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
                                            Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
-                                           Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true}),
+                                           Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
+                                           Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}),
                          shape_name);
 
 // Prefill-like batches (many query tokens, each with its own keys) on both cache dtypes the
@@ -353,7 +356,8 @@ INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                          ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
                                            Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
                                            Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
-                                           Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true}),
+                                           Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true},
+                                           Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true}),
                          shape_name);
 
 // The prefill kernel, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too), widths
@@ -814,12 +818,13 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
     p.swa_indices.rows = tokens;
     return detail::plan_ds_mla_attention(p, kSms, workspace);
   };
-  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs, 10 slices of 2 tiles at most.
+  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs, 20 slices of 1 tile at most.
   detail::DsMlaPlan d = plan(4, -1);
   EXPECT_FALSE(d.prefill);
   EXPECT_EQ(d.groups, 1);
-  EXPECT_EQ(d.splits, 10);
-  EXPECT_EQ(d.workspace_bytes, 10 * 4 * 64 * kRow);
+  EXPECT_EQ(d.splits, 20);
+  EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
+  EXPECT_EQ(plan(8, -1).splits, 16);  // 132 / 8 SMs per token
   // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
   d = plan(4, 3 * 4 * 64 * kRow + 100);
   EXPECT_FALSE(d.prefill);
@@ -846,9 +851,10 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
   p.extra_indices.rows = 1;
   p.extra_indices.width = 96;
   EXPECT_TRUE(plan(1, -1).prefill);
-  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 4 slices of 2 or more
+  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 9 slices of one
   EXPECT_FALSE(plan(1, -1).prefill);
-  EXPECT_EQ(plan(1, -1).splits, 4);
+  EXPECT_EQ(plan(1, -1).splits, 9);
+  EXPECT_EQ(plan(16, -1).splits, 8);  // 132 / 16 SMs per token
   // Forced kernels.
   p.kernel = AttentionKernel::kPrefill;
   d = plan(1, -1);
