@@ -10,8 +10,8 @@
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n32k16, Q and K in shared
 //       memory); the two exchange their blocks' row maxima, so that both rescale by one running
 //       max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64 rows) +=
-//       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory): each
-//       warpgroup's tensor-core work per pair is the same.
+//       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory), both
+//       block 2p's product first: each warpgroup's tensor-core work per pair is the same.
 //   producer (warpgroup 2)  bf16 rows by cp.async into four K buffers (masked keys as zero rows;
 //       an odd block count ends on an all-masked block): pair p uses buffers 2 (p % 2) + {0, 1},
 //       so that pair p + 1 is copied while pair p is computed.
@@ -392,33 +392,48 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
       }
     }
     ptx::fence_proxy_async();
-    ptx::wgmma_fence();
+    const auto own_pv = [&] {  // P_w V_w, P from registers
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(v_base_desc(my_k), w, h, kk));
+        for (int kk = 0; kk < 2; ++kk) {
+          const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+          ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(v_base_desc(my_k), w, h, kk));
+        }
       }
-    }
-    ptx::wgmma_commit();
-    ptx::named_barrier(5, 256);  // both P tiles are in shared memory
-    clk.lap(5);
-    const uint64_t other_p = ptx::sw128_desc(c.sbase + PL::kPOff + (1 - w) * kPBytes);
-    ptx::wgmma_fence();
+      ptx::wgmma_commit();
+    };
+    const auto other_pv = [&] {  // P_{1-w} V_{1-w}, P through shared memory
+      const uint64_t other_p = ptx::sw128_desc(c.sbase + PL::kPOff + (1 - w) * kPBytes);
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
-                                 v_desc(v_base_desc(other_k), w, h, kk), true);
+        for (int kk = 0; kk < 2; ++kk) {
+          ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
+                                   v_desc(v_base_desc(other_k), w, h, kk), true);
+        }
       }
+      ptx::wgmma_commit();
+    };
+    // Both warpgroups read block 2p (warpgroup 0's) first, so that its buffer, which the
+    // producer refills first, comes free one P V step before block 2p + 1's.
+    if constexpr (w == 0) {
+      own_pv();
+      ptx::named_barrier(5, 256);  // both P tiles are in shared memory
+      clk.lap(5);
+      other_pv();
+    } else {
+      ptx::named_barrier(5, 256);
+      clk.lap(5);
+      other_pv();
+      own_pv();
     }
-    ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
-    ptx::mbar_arrive(free_bar(c, mine));
+    ptx::mbar_arrive(free_bar(c, 2 * (p & 1)));
     ptx::wgmma_wait<0>();
-    ptx::mbar_arrive(free_bar(c, theirs));
+    ptx::mbar_arrive(free_bar(c, 2 * (p & 1) + 1));
   }
   clk.lap(6);
   clk.store(c.n);
