@@ -218,10 +218,12 @@ __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_const
   if (col == 0) a.lse[row] = lse;
 }
 
-// The merge for `rows` rows: 128 threads a row while the rows' threads fit the SMs about once
-// (one wave; bench/README.md#variant-log, run 44), else a warp a row.
+// The merge for `rows` rows: 128 threads a row while they fit the SMs in one wave (the 128-thread
+// form runs 5 CTAs of 256 threads per SM at 48 registers; 1024 threads keep a margin), else a warp
+// a row (bench/README.md#variant-log, run 44).
+constexpr int64_t kMergeWaveThreadsPerSm = 1024;
 void launch_merge(const Args& a, int64_t rows, int num_sms, cudaStream_t stream) {
-  if (rows * 128 <= int64_t{num_sms} * 1024) {
+  if (rows * 128 <= num_sms * kMergeWaveThreadsPerSm) {
     ds_mla_merge_kernel<128, 4><<<static_cast<unsigned>((rows + 1) / 2), 256, 0, stream>>>(a);
   } else {
     ds_mla_merge_kernel<32, 2><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(a);

@@ -322,7 +322,7 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
 // Small batches with a workspace: the keys of each token are split over several CTAs and merged
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
 // merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
-// row past that: 1 token x 64 heads (10 splits) and 20 x 64 (1280 rows, 6 splits) take each.
+// row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                          ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                                            Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
