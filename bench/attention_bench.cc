@@ -474,14 +474,12 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--no-split")) {
       allow_split = false;
     } else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) {
-      const std::string k = argv[++i];
-      if (k != "auto" && k != "decode" && k != "prefill") {
-        std::fprintf(stderr, "--kernel: expected auto, decode or prefill, got %s\n", k.c_str());
+      const auto k = parse_attention_kernel(argv[++i]);
+      if (!k.ok()) {
+        std::fprintf(stderr, "--%s\n", k.status().message().c_str());
         return 2;
       }
-      g_kernel = k == "prefill"
-                     ? AttentionKernel::kPrefill
-                     : (k == "decode" ? AttentionKernel::kDecode : AttentionKernel::kAuto);
+      g_kernel = k.value();
     } else {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "

@@ -102,6 +102,26 @@ AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params) {
   return detail::cuda_sparse_attention_kernel(params);
 }
 
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kDecode:
+      return "decode";
+    case AttentionKernel::kPrefill:
+      return "prefill";
+    default:
+      return "auto";
+  }
+}
+
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
+  for (AttentionKernel k :
+       {AttentionKernel::kAuto, AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+    if (name == attention_kernel_name(k)) return k;
+  }
+  return invalid_argument("kernel: expected \"auto\", \"decode\" or \"prefill\", got '",
+                          printable_excerpt(name), "'");
+}
+
 int64_t sparse_attention_max_workspace_bytes() {
   return detail::cuda_sparse_attention_max_workspace_bytes();
 }

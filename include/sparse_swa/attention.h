@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "sparse_swa/index_view.h"
 #include "sparse_swa/kv_cache.h"
@@ -39,6 +40,10 @@ inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.
 // kDecode (split-KV, for few tokens) and kPrefill (for many tokens with many keys each) force one,
 // for tests and measurements. Forcing a kernel that cannot take the call is an error.
 enum class AttentionKernel : int32_t { kAuto = 0, kDecode = 1, kPrefill = 2 };
+
+// "auto", "decode", "prefill": the spelling the CLI tools and Python use for params.kernel.
+const char* attention_kernel_name(AttentionKernel kernel);
+StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name);
 
 struct SparseAttentionParams {
   int64_t num_tokens = 0;  // T

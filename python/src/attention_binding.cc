@@ -196,12 +196,9 @@ struct AttentionArgs {
 };
 
 AttentionKernel kernel_from(nb::handle value) {
-  const std::string name = string_from_python(value, "kernel");
-  if (name == "auto") return AttentionKernel::kAuto;
-  if (name == "decode") return AttentionKernel::kDecode;
-  if (name == "prefill") return AttentionKernel::kPrefill;
-  raise_value_error(
-      str_cat("kernel: expected \"auto\", \"decode\" or \"prefill\", got ", value_text(value)));
+  auto k = parse_attention_kernel(string_from_python(value, "kernel"));
+  throw_if_error(k.status());
+  return k.value();
 }
 
 std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,

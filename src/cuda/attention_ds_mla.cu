@@ -92,30 +92,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (tid >= 128) {
-    // Q rows of the group, swizzled (heads past the group as zero rows), by the QK and PV
-    // warpgroups while the producer already loads index entries and gathers the first tiles.
-    constexpr int kChunks = kGroupHeads * (kHeadDim / 8);  // 16-byte chunks
-    constexpr int kQLoads = (kChunks + 383) / 384;
-    uint4 qv[kQLoads];
-#pragma unroll
-    for (int r = 0; r < kQLoads; ++r) {
-      const int i = tid - 128 + r * 384;
-      const int h = i / (kHeadDim / 8);
-      const int col = (i % (kHeadDim / 8)) * 8;
-      qv[r] = i < kChunks && h < c.heads
-                  ? *reinterpret_cast<const uint4*>(a.q +
-                                                    (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
-                  : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < kQLoads; ++r) {
-      const int i = tid - 128 + r * 384;
-      if (i < kChunks) {
-        *reinterpret_cast<uint4*>(
-            c.base + kQOff + sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) =
-            qv[r];
-      }
-    }
+    // Q by the QK and PV warpgroups, while the producer already loads index entries and
+    // gathers the first tiles.
+    load_q<384>(a, c, tid - 128);
     ptx::fence_proxy_async();  // wgmma reads Q through the async proxy
     ptx::named_barrier(4, 384);
   }

@@ -216,4 +216,33 @@ __device__ __forceinline__ void place_smem(Cta<L>& c, uint8_t* raw) {
   c.sbase = raw_addr + pad;
 }
 
+// The group's Q rows into shared memory at kQOff, swizzled (heads past the group as zero rows),
+// by kLoaders threads (t = 0..kLoaders - 1), all loads in flight before the first store. The
+// caller fences for the async proxy and synchronises its loaders.
+template <int kLoaders, class L>
+__device__ __forceinline__ void load_q(const Args& a, const Cta<L>& c, int t) {
+  constexpr int kChunks = kGroupHeads * (kHeadDim / 8);  // 16-byte chunks
+  constexpr int kLoads = (kChunks + kLoaders - 1) / kLoaders;
+  uint4 qv[kLoads];
+#pragma unroll
+  for (int r = 0; r < kLoads; ++r) {
+    const int i = t + r * kLoaders;
+    const int h = i / (kHeadDim / 8);
+    const int col = (i % (kHeadDim / 8)) * 8;
+    qv[r] =
+        (kChunks % kLoaders == 0 || i < kChunks) && h < c.heads
+            ? *reinterpret_cast<const uint4*>(a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
+            : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < kLoads; ++r) {
+    const int i = t + r * kLoaders;
+    if (kChunks % kLoaders == 0 || i < kChunks) {
+      *reinterpret_cast<uint4*>(c.base + kQOff +
+                                sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) =
+          qv[r];
+    }
+  }
+}
+
 }  // namespace sparse_swa::detail::ds_mla

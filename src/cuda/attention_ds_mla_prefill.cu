@@ -457,26 +457,6 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
   write_rows(a, c, o, w, row, lane, 128 * w + tid);
 }
 
-// Q rows of the group into shared memory, swizzled (heads past the group as zero rows), by the
-// 256 math threads, 16 chunks each, all loads in flight before the first store.
-__device__ __forceinline__ void load_q(const Args& a, const Cta<PL>& c, int tid) {
-  constexpr int kLoads = kGroupHeads * (kHeadDim / 8) / 256;
-  uint4 qv[kLoads];
-#pragma unroll
-  for (int r = 0; r < kLoads; ++r) {
-    const int i = tid + r * 256;
-    const int h = i / (kHeadDim / 8);
-    qv[r] = h < c.heads ? *reinterpret_cast<const uint4*>(
-                              a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + (i % 64) * 8)
-                        : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int r = 0; r < kLoads; ++r) {
-    const int i = tid + r * 256;
-    *reinterpret_cast<uint4*>(c.base + kQOff + sw128(i / 64, (i % 64) * 8, kGroupHeads)) = qv[r];
-  }
-}
-
 template <bool kBf16>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
     ds_mla_prefill_kernel(const __grid_constant__ Args a) {
@@ -512,7 +492,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     }
   } else {
     ptx::setmaxnreg_inc<Regs<kBf16>::kMath>();
-    load_q(a, c, tid);
+    load_q<256>(a, c, tid);  // by the 256 math threads
     ptx::fence_proxy_async();
     ptx::named_barrier(4, 256);
     if (wg == 0) {

@@ -157,6 +157,17 @@ void dense(const uint16_t* q, const std::vector<std::vector<float>>& keys, doubl
   }
 }
 
+TEST(AttentionKernelNames, EachNameParsesBackToItsKernel) {
+  for (AttentionKernel k :
+       {AttentionKernel::kAuto, AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+    const auto parsed = parse_attention_kernel(attention_kernel_name(k));
+    ASSERT_TRUE(parsed.ok()) << attention_kernel_name(k);
+    EXPECT_EQ(parsed.value(), k);
+  }
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kPrefill), "prefill");
+  EXPECT_FALSE(parse_attention_kernel("Decode").ok());  // names are exact
+}
+
 TEST(AttentionCpu, OneKeyGivesThatKey) {
   HostCache cache(CacheDtype::kFp8DsMla, 64, 2);
   cache.put(random_rows(1, 1, 3.0f), {77});

@@ -314,6 +314,7 @@ const std::map<std::string, ApiCase>& api_cases() {
          const ConsumerStep step{s.md, s.batch, 4};
          return check_prefill_topk(step, 4, {local.data(), 4, 2, 2});
        }},
+      {"api_attention_kernel_name", [] { return parse_attention_kernel("fast").status(); }},
       {"api_attention_heads",
        [] {
          SparseAttentionParams p;
