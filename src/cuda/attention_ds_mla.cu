@@ -2,8 +2,8 @@
 // Sparse MLA attention on the tensor cores for fp8_ds_mla or bf16 caches, sm_90a only (the
 // semantics are include/sparse_swa/attention.h's, the CPU reference
 // src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels): the plan and
-// launcher of both kernels, and the decode kernel, which takes the split plans (the prefill
-// kernel, attention_ds_mla_prefill.cu, the others).
+// launcher of the kernels, and the decode kernel, which takes the split plans (the prefill
+// kernels, attention_ds_mla_prefill_fp8.cu and attention_ds_mla_prefill_bf16.cu, the others).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
@@ -450,7 +450,8 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
   const Status launched =
-      plan.prefill ? launch_prefill(a, p.swa_cache.dtype == CacheDtype::kBf16, stream)
+      plan.prefill ? (p.swa_cache.dtype == CacheDtype::kBf16 ? launch_prefill_bf16(a, stream)
+                                                             : launch_prefill_fp8(a, stream))
       : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);

@@ -26,9 +26,9 @@ struct DsMlaPlan {
 // device runs its sm_90a machine code (elsewhere the general kernel of attention.cu runs).
 bool ds_mla_attention_applies(const SparseAttentionParams& p);
 
-// OK when the kernel params.kernel forces can take the call: the tensor-core kernels need the
-// sm_90a code and fp8_ds_mla or bf16 caches (both segments alike); the prefill kernel reads bf16
-// caches only. Otherwise INVALID_ARGUMENT naming params.kernel.
+// OK when the kernel params.kernel forces can take the call: the tensor-core kernels (decode and
+// prefill alike) need the sm_90a code and fp8_ds_mla or bf16 caches (both segments alike).
+// Otherwise INVALID_ARGUMENT naming params.kernel.
 Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from

@@ -123,8 +123,10 @@ struct Args {
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
 };
-// The prefill kernel (attention_ds_mla_prefill.cu), unsplit, on bf16 or fp8_ds_mla caches.
-Status launch_prefill(const Args& a, bool bf16, cudaStream_t stream);
+// The prefill kernels, unsplit: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and on
+// bf16 caches (attention_ds_mla_prefill_bf16.cu).
+Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
+Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
 
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.

@@ -360,9 +360,9 @@ INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                                            Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true}),
                          shape_name);
 
-// The prefill kernel, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too), widths
-// 1 to 2048 (odd 32-key block counts, tails), both segments or one, page sizes 2, 64 and 256; lens
-// 0, full and between, -1 holes (fill_rows).
+// The prefill kernels, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too),
+// widths 1 to 2048 (odd block counts: of 32 keys for fp8_ds_mla, of 64 for bf16; tails), both
+// segments or one, page sizes 2, 64 and 256; lens 0, full and between, -1 holes (fill_rows).
 constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
 INSTANTIATE_TEST_SUITE_P(
     PrefillKernelShapes, AttentionCudaVsCpu,

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The prefill kernel of the tensor-core attention, for calls whose tokens fill the SMs without
-// splitting their keys (attention_ds_mla.cu chooses; docs/design.md#attention-kernels). sm_90a
-// only; semantics as the decode kernel's, but P is rounded to bf16 once before P V (one part,
-// not the decode kernel's two), which bounds the output's extra error by 2^-9 times the
-// weighted mean of |V| (docs/design.md#attention-precision).
+// The prefill kernel of the tensor-core attention on fp8_ds_mla caches, for calls whose tokens
+// fill the SMs without splitting their keys (attention_ds_mla.cu chooses;
+// docs/design.md#attention-kernels). sm_90a only; semantics as the decode kernel's, but P is
+// rounded to bf16 once before P V (one part, not the decode kernel's two), which bounds the
+// output's extra error by 2^-9 times the weighted mean of |V|
+// (docs/design.md#attention-precision). bf16 caches have their own prefill kernel
+// (attention_ds_mla_prefill_bf16.cu).
 //
 // One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
 // 32 keys, two at a time (pair p = blocks 2p and 2p + 1), by three warpgroups:
@@ -12,9 +14,10 @@
 //       max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64 rows) +=
 //       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory), both
 //       block 2p's product first: each warpgroup's tensor-core work per pair is the same.
-//   producer (warpgroup 2)  bf16 rows by cp.async into four K buffers (masked keys as zero rows;
-//       an odd block count ends on an all-masked block): pair p uses buffers 2 (p % 2) + {0, 1},
-//       so that pair p + 1 is copied while pair p is computed.
+//   producer (warpgroup 2)  decodes each key's e4m3 bytes (loaded into registers one block
+//       ahead) into bf16 rows of four K buffers (masked keys as zero rows; an odd block count
+//       ends on an all-masked block): pair p uses buffers 2 (p % 2) + {0, 1}, so that pair p + 1
+//       is decoded while pair p is computed.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,12 +42,9 @@ constexpr int kBlockKeys = 32;
 constexpr int kBuffers = 4;
 constexpr int kPrefillThreads = 384;
 // setmaxnreg: 168 registers at entry (384 threads), moved from the producer to the math threads;
-// the fp8_ds_mla producer holds two keys' bytes in registers, the bf16 one copies by cp.async.
-template <bool kBf16>
-struct Regs {
-  static constexpr int kMath = kBf16 ? 224 : 192, kProducer = kBf16 ? 56 : 120;
-  static_assert(2 * kMath + kProducer == 3 * 168);
-};
+// the producer holds two keys' bytes in registers.
+constexpr int kMathRegs = 192, kProducerRegs = 120;
+static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
 struct PrefillLayout {
@@ -85,22 +85,6 @@ __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<PL>& c, 
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
 }
 
-// The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
-// (head group 0, by the thread that passes `counter`).
-__device__ __forceinline__ const uint8_t* block_row(const Args& a, const Cta<PL>& c, int b, int key,
-                                                    int32_t idx, bool counter) {
-  if (idx == -1) return nullptr;
-  const int64_t j = int64_t{b} * kBlockKeys + key;
-  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
-  if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    uint32_t offset;
-    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
-    return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
-  }
-  if (counter && c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
-  return nullptr;
-}
-
 // Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
 // buf's mask; returns true in the lane that stored it.
 __device__ __forceinline__ bool publish_mask(const Cta<PL>& c, int buf, int tid, bool valid) {
@@ -114,25 +98,6 @@ __device__ __forceinline__ bool publish_mask(const Cta<PL>& c, int buf, int tid,
   return true;
 }
 
-// bf16: block b into buffer `buf` by cp.async, key tid / 4, its 16-byte chunks tid % 4 + 4 r
-// (zeros for a masked key); then this thread's arrivals on ready(buf): the mask store's at once
-// (one lane per warp), the copies' once they land.
-__device__ __forceinline__ void fill_block(const Args& a, const Cta<PL>& c, int b, int buf, int tid,
-                                           int32_t idx) {
-  const int key = tid >> 2, part = tid & 3;
-  const uint8_t* row = block_row(a, c, b, key, idx, part == 0);
-  const bool valid = row != nullptr;
-  const uint32_t dst = c.sbase + PL::kKOff + buf * PL::kBufBytes;
-#pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int ch = part + 4 * r;
-    ptx::cp_async_16_or_zero(dst + sw128(key, ch * 8, kBlockKeys),
-                             valid ? static_cast<const void*>(row + ch * 16) : a.q, valid);
-  }
-  if (publish_mask(c, buf, tid, valid)) ptx::mbar_arrive(ready_bar(c, buf));
-  ptx::cp_async_mbar_arrive(ready_bar(c, buf));
-}
-
 // fp8_ds_mla: one producer thread's share of a key (part p = tid % 4 of key tid / 4): e4m3 chunks
 // p + 4 r (r = 0..6, scale byte r each), bf16 RoPE chunks p and p + 4, the key's scale bytes.
 struct RawKey {
@@ -142,7 +107,8 @@ struct RawKey {
   bool valid;
 };
 
-// Starts the loads of block b's key (masked: nothing loaded). Counting as block_row.
+// Starts the loads of block b's key (masked: nothing loaded); entries < -1 or past the cache are
+// counted once (head group 0, by part 0).
 __device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b, int tid,
                                          int32_t idx, RawKey& r) {
   const int key = tid >> 2, part = tid & 3;
@@ -237,27 +203,6 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<PL>& c, int tid
     cur = next;
     idx = after;
   }
-  clk.store(c.n);
-}
-
-__device__ void prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
-  RoleClock clk(a, 0);  // slots: free waits, copies
-  const int key = tid >> 2;
-  int32_t idx[2] = {block_index(a, c, 0, key), block_index(a, c, 1, key)};
-  for (int p = 0; 2 * p < c.n; ++p) {
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const int b = 2 * p + w, buf = 2 * (p & 1) + w;
-      // The buffer last held pair p - 2.
-      if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
-      clk.lap(0);
-      const int32_t next = block_index(a, c, b + 2, key);  // in flight during the copies
-      fill_block(a, c, b, buf, tid, idx[w]);
-      idx[w] = next;
-      clk.lap(1);
-    }
-  }
-  ptx::cp_async_wait<0>();
   clk.store(c.n);
 }
 
@@ -457,9 +402,8 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
   write_rows(a, c, o, w, row, lane, 128 * w + tid);
 }
 
-template <bool kBf16>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
-    ds_mla_prefill_kernel(const __grid_constant__ Args a) {
+    ds_mla_prefill_fp8_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   Cta<PL> c;
@@ -476,22 +420,18 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   c.n = static_cast<int32_t>((c.total + kBlockKeys - 1) / kBlockKeys);
   if (tid == 0) {
     for (int b = 0; b < kBuffers; ++b) {
-      ptx::mbar_init(ready_bar(c, b), kBf16 ? 128 + 4 : 128);
+      ptx::mbar_init(ready_bar(c, b), 128);
       ptx::mbar_init(free_bar(c, b), 256);
     }
   }
   __syncthreads();
   const int wg = tid >> 7;
   if (wg == 2) {
-    // The first pair's copies start while the math warpgroups load Q.
-    ptx::setmaxnreg_dec<Regs<kBf16>::kProducer>();
-    if constexpr (kBf16) {
-      prefill_producer(a, c, tid - 256);
-    } else {
-      decode_prefill_producer(a, c, tid - 256);
-    }
+    // The first pair's decodes start while the math warpgroups load Q.
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    decode_prefill_producer(a, c, tid - 256);
   } else {
-    ptx::setmaxnreg_inc<Regs<kBf16>::kMath>();
+    ptx::setmaxnreg_inc<kMathRegs>();
     load_q<256>(a, c, tid);  // by the 256 math threads
     ptx::fence_proxy_async();
     ptx::named_barrier(4, 256);
@@ -506,29 +446,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 #endif
 }
 
-template <bool kBf16>
-Status launch_prefill_kernel(const Args& a, cudaStream_t stream) {
+}  // namespace
+
+Status launch_prefill_fp8(const Args& a, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(ds_mla_prefill_kernel<kBf16>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(PL::kSmem));
+    attr_err =
+        cudaFuncSetAttribute(ds_mla_prefill_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(PL::kSmem));
   });
   if (attr_err != cudaSuccess) {
     return internal_error("sparse_attention: cannot reserve ", PL::kSmem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
   const int64_t blocks = a.num_tokens * a.groups;
-  ds_mla_prefill_kernel<kBf16>
-      <<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(a);
+  ds_mla_prefill_fp8_kernel<<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(
+      a);
   return Status::Ok();
-}
-
-}  // namespace
-
-Status launch_prefill(const Args& a, bool bf16, cudaStream_t stream) {
-  return bf16 ? launch_prefill_kernel<true>(a, stream) : launch_prefill_kernel<false>(a, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

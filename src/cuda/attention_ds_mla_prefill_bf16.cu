@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: Apache-2.0
+// The prefill kernel of the tensor-core attention on bf16 caches (attention_ds_mla.cu chooses it
+// for unsplit calls; docs/design.md#attention-kernels). sm_90a only; semantics and precision as
+// the fp8_ds_mla prefill kernel's (attention_ds_mla_prefill_fp8.cu): P rounded to bf16 once.
+//
+// One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
+// 64 keys, two at a time (pair p = blocks 2p and 2p + 1), by three warpgroups:
+//   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n64k16, Q and K in shared
+//       memory), P_w = 2^(S - max) in bf16, then O_w (dims 256 w + [0, 256) of the 64 rows) +=
+//       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory).
+//   producer (warpgroup 2)  bf16 rows by cp.async into two 64-key buffers (masked keys as zero
+//       rows), buffer w for block 2p + w.
+// Each buffer is refilled by halves (L = dims 0..255, R = 256..511) as soon as a half's last
+// reader is done: warpgroup w reads both halves of its block for QK and half w of both blocks for
+// P V, so half w of buffer w comes free after w's own P V, half 1 - w after the other's. The
+// producer fills a pair in the order the halves come free: B0.L, B1.R, B0.R, B1.L.
+//
+// Warpgroup 0 takes P_0 against its own block's running maximum and starts its own P V at once;
+// warpgroup 1 takes the pair's maximum (warpgroup 0's and its block's); warpgroup 0 then moves O,
+// its sum and the P_0 it shares to the pair's maximum. Warpgroup 0 starts the next pair's QK
+// while its P_1 V_1 runs, so that the tensor cores are busy while warpgroup 1 works on its
+// softmax.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
+
+#include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_pv.cuh"
+#include "cuda/attention_ds_mla_qk.cuh"
+#include "cuda/cuda_utils.h"
+#include "cuda/mma_ptx.cuh"
+#include "sparse_swa/kv_cache.h"
+
+namespace sparse_swa::detail::ds_mla {
+namespace {
+
+constexpr int kKeys = 64;
+constexpr int kBf16PrefillThreads = 384;
+// setmaxnreg: 168 registers at entry (384 threads), moved from the producer (cp.async needs few)
+// to the math threads.
+constexpr int kMathRegs = 224, kProducerRegs = 56;
+static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
+
+// Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the other kernels).
+struct Bf16PrefillLayout {
+  static constexpr int kBufBytes = kKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
+  static constexpr int kColBlock = kKeys * 128;           // one [64, 64 dims] column block
+  static constexpr int kKOff = kQOff + kQBytes;           // buffers 0, 1
+  static constexpr int kPBytes = kGroupHeads * 128;       // [64 heads, 64 keys] bf16, swizzled
+  static constexpr int kPOff = kKOff + 2 * kBufBytes;     // P of warpgroup 0, 1
+  static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32 row maxima of a pair
+  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
+  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
+  // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, then the handoffs between the math
+  // warpgroups (kMax0, kMax1, kP0, kP1).
+  static constexpr int kBarOff = kMaskOff + 16;
+  static constexpr size_t kSmem = kBarOff + 12 * 8 + 1024;
+  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0);
+};
+using BL = Bf16PrefillLayout;
+
+__device__ __forceinline__ uint32_t ready_bar(const Cta<BL>& c, int buf, int half) {
+  return c.sbase + BL::kBarOff + 8 * (2 * buf + half);
+}
+__device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half) {
+  return c.sbase + BL::kBarOff + 8 * (4 + 2 * buf + half);
+}
+
+// The index entry of key `key` of block b (both segments as one list, SWA entries first), or -1
+// past the block list or the token's total.
+__device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
+  const int64_t j = int64_t{b} * kKeys + key;
+  if (b >= c.n || j >= c.total) return -1;
+  const bool swa = j < c.len0;
+  const Segment& s = swa ? a.seg0 : a.seg1;
+  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+}
+
+// The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
+// (head group 0, by the thread that passes `counter`).
+__device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& c, int b, int key,
+                                                  int32_t idx, bool counter) {
+  if (idx == -1) return nullptr;
+  const int64_t j = int64_t{b} * kKeys + key;
+  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
+  if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
+    uint32_t offset;
+    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
+    return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
+  }
+  if (counter && c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
+  return nullptr;
+}
+
+// bf16 copies: 8 threads per key row, each 16 bytes of every 128-byte column block, so that a
+// warp's copy reads 4 rows x 128 contiguous bytes. Thread t copies keys 16 (t / 32) + 4 i +
+// (t / 8) % 4, i < 4, chunk t % 8 of each column block.
+__device__ __forceinline__ int copy_key(int tid, int i) {
+  return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
+}
+
+// Half `half` of a block into buffer buf (zeros for masked keys); the copies arrive on
+// ready(buf, half) when they land. The first half of a buffer also carries the block's valid
+// mask (one lane per warp arrives).
+__device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int buf, int half,
+                                          const uint8_t* const (&rows)[4], bool with_mask,
+                                          int tid) {
+  const int chunk = tid & 7;
+  const uint32_t dst = c.sbase + BL::kKOff + buf * BL::kBufBytes + 4 * half * BL::kColBlock;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = copy_key(tid, i);
+    const bool valid = rows[i] != nullptr;
+    // A masked key reads nothing (zero fill), from Q's first row (a valid global address).
+    const uint8_t* src = (valid ? rows[i] : reinterpret_cast<const uint8_t*>(a.q) - half * 512) +
+                         half * 512 + chunk * 16;
+#pragma unroll
+    for (int cb = 0; cb < 4; ++cb) {
+      ptx::cp_async_16_or_zero(dst + cb * BL::kColBlock + key * 128 + ((chunk ^ (key & 7)) << 4),
+                               src + cb * 128, valid);
+    }
+  }
+  if (with_mask) {
+    // Lanes 0, 8, 16, 24 of warp w hold keys 16 w + 4 i + {0, 1, 2, 3}.
+    uint32_t bits = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lanes = __ballot_sync(0xffffffffu, rows[i] != nullptr);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bits |= ((lanes >> (8 * j)) & 1u) << (4 * i + j);
+    }
+    if ((tid & 31) == 0) {
+      reinterpret_cast<uint16_t*>(c.base + BL::kMaskOff + 8 * buf)[tid >> 5] =
+          static_cast<uint16_t>(bits);
+      ptx::mbar_arrive(ready_bar(c, buf, half));
+    }
+  }
+  ptx::cp_async_mbar_arrive(ready_bar(c, buf, half));
+}
+
+__device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid) {
+  const int pairs = (c.n + 1) / 2;
+  const bool counter = (tid & 7) == 0;
+  const uint8_t* rows[2][4];
+  int32_t next[2][4];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) next[w][i] = key_index(a, c, w, copy_key(tid, i));
+  }
+  for (int p = 0; p < pairs; ++p) {
+    const uint32_t parity = (p - 1) & 1;  // the phase pair p - 1's frees completed
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        rows[w][i] = key_row(a, c, 2 * p + w, copy_key(tid, i), next[w][i], counter);
+        next[w][i] = key_index(a, c, 2 * p + 2 + w, copy_key(tid, i));
+      }
+    }
+    // B0.L, B1.R (freed by their own warpgroup's P V), then B0.R, B1.L (by the other's).
+    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
+    fill_half(a, c, 0, 0, rows[0], true, tid);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
+    fill_half(a, c, 1, 1, rows[1], true, tid);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
+    fill_half(a, c, 0, 1, rows[0], false, tid);
+    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
+    fill_half(a, c, 1, 0, rows[1], false, tid);
+  }
+  ptx::cp_async_wait<0>();
+}
+
+// S += Q K^T over half `half` of the block in buffer `k_base` (16 m64n64k16 steps).
+__device__ __forceinline__ void qk_half(float (&s)[32], uint64_t q_desc, uint64_t k_desc, int half,
+                                        bool first) {
+#pragma unroll
+  for (int step = 0; step < 16; ++step) {
+    const int cb = 4 * half + (step >> 2);  // column block
+    const uint32_t inner = (step & 3) * 32;
+    const uint64_t da = ptx::desc_advance(q_desc, cb * (kGroupHeads * 128) + inner);
+    const uint64_t db = ptx::desc_advance(k_desc, cb * BL::kColBlock + inner);
+    if (first && step == 0) {
+      ptx::wgmma_m64n64k16_first(s, da, db);
+    } else {
+      ptx::wgmma_m64n64k16(s, da, db, true);
+    }
+  }
+}
+
+// V descriptor of buffer `v0`: keys 16 kk + [0, 16) x dims 256 w + 128 h + [0, 128).
+__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int h, int kk) {
+  return ptx::desc_advance(v0, (4 * w + 2 * h) * BL::kColBlock + kk * 2048);
+}
+
+// The handoffs of a pair between the math warpgroups, mbarriers that one warpgroup's 128 threads
+// arrive on and the other waits on (phase = pair parity).
+constexpr int kMax0 = 0;  // warpgroup 0's block maximum is in maxes[0]
+constexpr int kMax1 = 1;  // the pair's maximum is in maxes[1]
+constexpr int kP0 = 2;    // P_0 (at the pair's maximum) is in shared memory
+constexpr int kP1 = 3;    // P_1 is in shared memory
+__device__ __forceinline__ uint32_t handoff_bar(const Cta<BL>& c, int which) {
+  return c.sbase + BL::kBarOff + 8 * (8 + which);
+}
+
+// Warpgroup 0 does not wait for warpgroup 1's maximum before its own P V: it uses its block's
+// maximum, then rescales O and P_0 once the pair's maximum is known. Warpgroup 1 takes the pair's
+// maximum at once. Warpgroup 0 starts the next pair's QK while its P_1 V_1 runs.
+template <int w>
+__device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
+  const int lane = tid & 31;
+  const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
+  float* maxes = reinterpret_cast<float*>(c.base + BL::kMaxOff);
+  const uint64_t q_desc = ptx::sw128_desc(c.sbase + kQOff);
+  const uint32_t my_k = c.sbase + BL::kKOff + w * BL::kBufBytes;
+  const uint32_t other_k = c.sbase + BL::kKOff + (1 - w) * BL::kBufBytes;
+  const uint64_t my_qk = ptx::sw128_desc(my_k);
+  const uint64_t my_v = ptx::sw128_desc(my_k, BL::kColBlock, 1024);
+  const uint64_t other_v = ptx::sw128_desc(other_k, BL::kColBlock, 1024);
+  const uint64_t other_p = ptx::sw128_desc(c.sbase + BL::kPOff + (1 - w) * BL::kPBytes);
+  uint8_t* my_p = c.base + BL::kPOff + w * BL::kPBytes;
+  float o[2][64];
+#pragma unroll
+  for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+  const int pairs = (c.n + 1) / 2;
+  float s[32];
+  // S of this warpgroup's block of pair p: warpgroup 0 reads half L first, 1 half R (the halves
+  // the producer fills first).
+  const auto qk_first = [&](int p) {
+    ptx::mbar_wait(ready_bar(c, w, w), p & 1);
+    ptx::fence_proxy_async();
+    ptx::wgmma_fence();
+    qk_half(s, q_desc, my_qk, w, true);
+    ptx::wgmma_commit();
+  };
+  const auto qk_second = [&](int p) {
+    ptx::mbar_wait(ready_bar(c, w, 1 - w), p & 1);
+    ptx::fence_proxy_async();
+    ptx::wgmma_fence();
+    qk_half(s, q_desc, my_qk, 1 - w, false);
+    ptx::wgmma_commit();
+  };
+  const auto rescale_o = [&](const float(&f)[2]) {
+    if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          o[h][4 * j] *= f[0];
+          o[h][4 * j + 1] *= f[0];
+          o[h][4 * j + 2] *= f[1];
+          o[h][4 * j + 3] *= f[1];
+        }
+      }
+    }
+  };
+  // pa[2j + hh]: row + 8 hh, keys 8 j + 2 (lane % 4) + {0, 1}: the A fragments of P V.
+  uint32_t pa[16];
+  const auto store_p = [&] {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row + 8 * hh;
+        *reinterpret_cast<uint32_t*>(my_p + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
+            pa[2 * j + hh];
+      }
+    }
+    ptx::fence_proxy_async();
+  };
+  const auto own_pv = [&] {
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_v, w, h, kk));
+      }
+    }
+    ptx::wgmma_commit();
+  };
+  const auto other_pv = [&] {
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
+                                 v_desc(other_v, w, h, kk), true);
+      }
+    }
+    ptx::wgmma_commit();
+  };
+  if (w == 0 && pairs > 0) {
+    qk_first(0);
+    qk_second(0);
+    ptx::wgmma_wait<0>();
+  }
+  for (int p = 0; p < pairs; ++p) {
+    if constexpr (w == 1) {
+      qk_first(p);
+      qk_second(p);
+      ptx::wgmma_wait<0>();
+    }
+    const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + BL::kMaskOff + 8 * w);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = (mask >> (8 * j + 2 * (lane & 3) + e)) & 1u;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float& x = s[4 * j + 2 * hh + e];
+          x = valid ? x * a.scale_log2 : -INFINITY;
+          mx[hh] = fmaxf(mx[hh], x);
+        }
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+      mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+    }
+    // The maximum P is taken against: for warpgroup 0 the running maximum and its block's; for
+    // warpgroup 1 also warpgroup 0's, which makes it the pair's.
+    float m_new[2];
+    if constexpr (w == 1) ptx::mbar_wait(handoff_bar(c, kMax0), p & 1);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      m_new[hh] = fmaxf(m[hh], mx[hh]);
+      if constexpr (w == 1) m_new[hh] = fmaxf(m_new[hh], maxes[row + 8 * hh]);
+      if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = m_new[hh];
+    }
+    ptx::mbar_arrive(handoff_bar(c, w == 0 ? kMax0 : kMax1));
+    float corr[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      corr[hh] = m_new[hh] == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new[hh]);
+      m[hh] = m_new[hh];
+    }
+    rescale_o(corr);
+    // P (fp32 in s) and its bf16 fragments; the sum takes P before rounding.
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const bool none = m[hh] == -INFINITY;
+        float& p0 = s[4 * j + 2 * hh];
+        float& p1 = s[4 * j + 2 * hh + 1];
+        p0 = none ? 0.0f : fast_exp2(p0 - m[hh]);
+        p1 = none ? 0.0f : fast_exp2(p1 - m[hh]);
+        sum[hh] += p0 + p1;
+        pa[2 * j + hh] = pack_bf16(p0, p1);
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
+    own_pv();
+    if constexpr (w == 0) {
+      ptx::wgmma_wait<0>();
+      ptx::mbar_arrive(free_bar(c, 0, 0));  // block 0's half L: QK and own P V done
+      // The pair's maximum: O, l and P_0 move to it.
+      ptx::mbar_wait(handoff_bar(c, kMax1), p & 1);
+      float f[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float mp = maxes[kGroupHeads + row + 8 * hh];
+        f[hh] = mp == -INFINITY ? 1.0f : fast_exp2(m[hh] - mp);
+        m[hh] = mp;
+        l[hh] *= f[hh];
+      }
+      rescale_o(f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          pa[2 * j + hh] = pack_bf16(s[4 * j + 2 * hh] * f[hh], s[4 * j + 2 * hh + 1] * f[hh]);
+        }
+      }
+      store_p();
+      ptx::mbar_arrive(handoff_bar(c, kP0));
+      ptx::mbar_wait(handoff_bar(c, kP1), p & 1);
+      other_pv();
+      if (p + 1 < pairs) {
+        qk_first(p + 1);
+        ptx::wgmma_wait<1>();
+        ptx::mbar_arrive(free_bar(c, 1, 0));  // block 1's half L: P_1 V_1 done
+        qk_second(p + 1);
+        ptx::wgmma_wait<0>();
+      } else {
+        ptx::wgmma_wait<0>();
+        ptx::mbar_arrive(free_bar(c, 1, 0));
+      }
+    } else {
+      store_p();
+      ptx::mbar_arrive(handoff_bar(c, kP1));
+      ptx::mbar_wait(handoff_bar(c, kP0), p & 1);
+      other_pv();
+      ptx::wgmma_wait<1>();
+      ptx::mbar_arrive(free_bar(c, 1, 1));  // block 1's half R: QK and own P V done
+      ptx::wgmma_wait<0>();
+      ptx::mbar_arrive(free_bar(c, 0, 1));  // block 0's half R: P_0 V_0 done
+    }
+  }
+  float* sums = reinterpret_cast<float*>(c.base + BL::kSumOff);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
+  }
+  ptx::named_barrier(6, 256);
+  if (w == 0 && (lane & 3) == 0) {
+    float2* ml = reinterpret_cast<float2*>(c.base + BL::kMlOff);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
+    }
+  }
+  ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
+  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+}
+
+__global__ void __launch_bounds__(kBf16PrefillThreads, 1)
+    ds_mla_prefill_bf16_kernel(const __grid_constant__ Args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  Cta<BL> c;
+  place_smem(c, smem_raw);
+  const int tid = threadIdx.x;
+  c.split = 0;
+  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
+  c.t = blockIdx.x / a.groups;
+  c.heads = min(kGroupHeads, a.num_heads - c.h0);
+  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+  c.tile0 = 0;
+  c.n = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      for (int h = 0; h < 2; ++h) {
+        // The half that carries the block's mask (B0.L, B1.R) also counts its 4 mask arrivals.
+        ptx::mbar_init(ready_bar(c, b, h), h == b ? 128 + 4 : 128);
+        ptx::mbar_init(free_bar(c, b, h), 128);
+      }
+    }
+    for (int i = 0; i < 4; ++i) ptx::mbar_init(handoff_bar(c, i), 128);
+  }
+  __syncthreads();
+  const int wg = tid >> 7;
+  if (wg == 2) {
+    // The first pair's copies start while the math warpgroups load Q.
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    prefill_producer(a, c, tid - 256);
+  } else {
+    ptx::setmaxnreg_inc<kMathRegs>();
+    load_q<256>(a, c, tid);  // by the 256 math threads
+    ptx::fence_proxy_async();
+    ptx::named_barrier(4, 256);
+    if (wg == 0) {
+      prefill_math<0>(a, c, tid);
+    } else {
+      prefill_math<1>(a, c, tid - 128);
+    }
+  }
+#else
+  (void)a;  // sm_90a only
+#endif
+}
+
+}  // namespace
+
+Status launch_prefill_bf16(const Args& a, cudaStream_t stream) {
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    attr_err = cudaFuncSetAttribute(ds_mla_prefill_bf16_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(BL::kSmem));
+  });
+  if (attr_err != cudaSuccess) {
+    return internal_error("sparse_attention: cannot reserve ", BL::kSmem,
+                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
+  }
+  ds_mla_prefill_bf16_kernel<<<static_cast<unsigned>(a.num_tokens * a.groups), kBf16PrefillThreads,
+                               BL::kSmem, stream>>>(a);
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail::ds_mla
