@@ -17,9 +17,8 @@
 //
 // Warpgroup 0 takes P_0 against its own block's running maximum and starts its own P V at once;
 // warpgroup 1 takes the pair's maximum (warpgroup 0's and its block's); warpgroup 0 then moves O,
-// its sum and the P_0 it shares to the pair's maximum. Warpgroup 0 starts the next pair's QK
-// while its P_1 V_1 runs, so that the tensor cores are busy while warpgroup 1 works on its
-// softmax.
+// its sum and the P_0 it shares to the pair's maximum. So warpgroup 0 runs ahead: its next QK
+// goes to the tensor cores while warpgroup 1 finishes the pair's P V and waits for its block.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -212,7 +211,8 @@ __device__ __forceinline__ uint32_t handoff_bar(const Cta<BL>& c, int which) {
 
 // Warpgroup 0 does not wait for warpgroup 1's maximum before its own P V: it uses its block's
 // maximum, then rescales O and P_0 once the pair's maximum is known. Warpgroup 1 takes the pair's
-// maximum at once. Warpgroup 0 starts the next pair's QK while its P_1 V_1 runs.
+// maximum at once. Warpgroup 0 frees block 1's half L as soon as its P_1 V_1 is done, then
+// starts the next pair's QK (waiting for that QK's first half must not hold the free back).
 template <int w>
 __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
   const int lane = tid & 31;
@@ -393,15 +393,12 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
       ptx::mbar_arrive(handoff_bar(c, kP0));
       ptx::mbar_wait(handoff_bar(c, kP1), p & 1);
       other_pv();
+      ptx::wgmma_wait<0>();
+      ptx::mbar_arrive(free_bar(c, 1, 0));  // block 1's half L: P_1 V_1 done
       if (p + 1 < pairs) {
         qk_first(p + 1);
-        ptx::wgmma_wait<1>();
-        ptx::mbar_arrive(free_bar(c, 1, 0));  // block 1's half L: P_1 V_1 done
         qk_second(p + 1);
         ptx::wgmma_wait<0>();
-      } else {
-        ptx::wgmma_wait<0>();
-        ptx::mbar_arrive(free_bar(c, 1, 0));
       }
     } else {
       store_p();
