@@ -22,13 +22,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #pragma nv_diag_suppress 177
 #endif
 
 #include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_prefill.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
 #include "cuda/attention_ds_mla_qk.cuh"
 #include "cuda/cuda_utils.h"
@@ -39,7 +39,6 @@ namespace sparse_swa::detail::ds_mla {
 namespace {
 
 constexpr int kKeys = 64;
-constexpr int kBf16PrefillThreads = 384;
 // setmaxnreg: 168 registers at entry (384 threads), moved from the producer (cp.async needs few)
 // to the math threads.
 constexpr int kMathRegs = 224, kProducerRegs = 56;
@@ -72,14 +71,9 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half
   return c.sbase + BL::kBarOff + 8 * (4 + 2 * buf + half);
 }
 
-// The index entry of key `key` of block b (both segments as one list, SWA entries first), or -1
-// past the block list or the token's total.
+// The index entry of key `key` of block b, or -1.
 __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
-  const int64_t j = int64_t{b} * kKeys + key;
-  if (b >= c.n || j >= c.total) return -1;
-  const bool swa = j < c.len0;
-  const Segment& s = swa ? a.seg0 : a.seg1;
-  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+  return prefill_key_index(a, c, int64_t{b} * kKeys + key);
 }
 
 // The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
@@ -411,41 +405,17 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
       ptx::mbar_arrive(free_bar(c, 0, 1));  // block 0's half R: P_0 V_0 done
     }
   }
-  float* sums = reinterpret_cast<float*>(c.base + BL::kSumOff);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
-  }
-  ptx::named_barrier(6, 256);
-  if (w == 0 && (lane & 3) == 0) {
-    float2* ml = reinterpret_cast<float2*>(c.base + BL::kMlOff);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
-    }
-  }
-  ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
-  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+  finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
 }
 
-__global__ void __launch_bounds__(kBf16PrefillThreads, 1)
+__global__ void __launch_bounds__(kPrefillThreads, 1)
     ds_mla_prefill_bf16_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   Cta<BL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  c.split = 0;
-  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
-  c.t = blockIdx.x / a.groups;
-  c.heads = min(kGroupHeads, a.num_heads - c.h0);
-  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
-  c.total = int64_t{c.len0} + len1;
-  c.tile0 = 0;
-  c.n = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
+  start_prefill_cta(a, c, kKeys);
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int h = 0; h < 2; ++h) {
@@ -481,20 +451,7 @@ __global__ void __launch_bounds__(kBf16PrefillThreads, 1)
 }  // namespace
 
 Status launch_prefill_bf16(const Args& a, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(ds_mla_prefill_bf16_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(BL::kSmem));
-  });
-  if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", BL::kSmem,
-                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
-  }
-  ds_mla_prefill_bf16_kernel<<<static_cast<unsigned>(a.num_tokens * a.groups), kBf16PrefillThreads,
-                               BL::kSmem, stream>>>(a);
-  return Status::Ok();
+  return launch_prefill_grid<ds_mla_prefill_bf16_kernel>(a, BL::kSmem, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

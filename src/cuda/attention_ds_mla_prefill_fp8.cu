@@ -21,13 +21,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #pragma nv_diag_suppress 177
 #endif
 
 #include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_prefill.cuh"
 #include "cuda/attention_ds_mla_producer.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
 #include "cuda/attention_ds_mla_qk.cuh"
@@ -40,7 +40,6 @@ namespace {
 
 constexpr int kBlockKeys = 32;
 constexpr int kBuffers = 4;
-constexpr int kPrefillThreads = 384;
 // setmaxnreg: 168 registers at entry (384 threads), moved from the producer to the math threads;
 // the producer holds two keys' bytes in registers.
 constexpr int kMathRegs = 192, kProducerRegs = 120;
@@ -76,13 +75,9 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<PL>& c, int b) {
 
 // ---- producer: four threads per key ----
 
-// The index entry of key `key` of block b, or -1 past the block list or the token's total.
+// The index entry of key `key` of block b, or -1.
 __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<PL>& c, int b, int key) {
-  const int64_t j = int64_t{b} * kBlockKeys + key;
-  if (b >= c.n || j >= c.total) return -1;
-  const bool swa = j < c.len0;
-  const Segment& s = swa ? a.seg0 : a.seg1;
-  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+  return prefill_key_index(a, c, int64_t{b} * kBlockKeys + key);
 }
 
 // Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
@@ -382,24 +377,7 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
   }
   clk.lap(6);
   clk.store(c.n);
-  // The row sums of both warpgroups, then (max, sum) for row_out.
-  float* sums = reinterpret_cast<float*>(c.base + PL::kSumOff);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
-  }
-  ptx::named_barrier(6, 256);
-  if (w == 0 && (lane & 3) == 0) {
-    float2* ml = reinterpret_cast<float2*>(c.base + PL::kMlOff);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
-    }
-  }
-  ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
-  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+  finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
 }
 
 __global__ void __launch_bounds__(kPrefillThreads, 1)
@@ -409,15 +387,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<PL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  c.split = 0;
-  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
-  c.t = blockIdx.x / a.groups;
-  c.heads = min(kGroupHeads, a.num_heads - c.h0);
-  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
-  c.total = int64_t{c.len0} + len1;
-  c.tile0 = 0;
-  c.n = static_cast<int32_t>((c.total + kBlockKeys - 1) / kBlockKeys);
+  start_prefill_cta(a, c, kBlockKeys);
   if (tid == 0) {
     for (int b = 0; b < kBuffers; ++b) {
       ptx::mbar_init(ready_bar(c, b), 128);
@@ -449,21 +419,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 }  // namespace
 
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    attr_err =
-        cudaFuncSetAttribute(ds_mla_prefill_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(PL::kSmem));
-  });
-  if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", PL::kSmem,
-                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
-  }
-  const int64_t blocks = a.num_tokens * a.groups;
-  ds_mla_prefill_fp8_kernel<<<static_cast<unsigned>(blocks), kPrefillThreads, PL::kSmem, stream>>>(
-      a);
-  return Status::Ok();
+  return launch_prefill_grid<ds_mla_prefill_fp8_kernel>(a, PL::kSmem, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the two prefill kernels share (attention_ds_mla_prefill_fp8.cu, 32-key blocks, and
+// attention_ds_mla_prefill_bf16.cu, 64-key blocks): a CTA's token and head group, a key's index
+// entry, the end of the math warpgroups' pair loop and the launch. Both kernels: 384 threads, two
+// math warpgroups (0, 1) and a producer (2); docs/design.md#attention-kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_pv.cuh"
+#include "cuda/cuda_utils.h"
+#include "cuda/mma_ptx.cuh"
+
+namespace sparse_swa::detail::ds_mla {
+
+constexpr int kPrefillThreads = 384;
+
+// CTA blockIdx.x = token * groups + head group: its token, heads, the token's key total (both
+// segments' lens, clamped to their widths) and its number of `block_keys`-key blocks.
+template <class L>
+__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
+  c.split = 0;
+  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
+  c.t = blockIdx.x / a.groups;
+  c.heads = min(kGroupHeads, a.num_heads - c.h0);
+  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+  c.tile0 = 0;
+  c.n = static_cast<int32_t>((c.total + block_keys - 1) / block_keys);
+}
+
+// The index entry of key j of the token's list (both segments as one list, SWA entries first),
+// or -1 past the token's total (so also in the all-masked block an odd block count ends on).
+template <class L>
+__device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>& c, int64_t j) {
+  if (j >= c.total) return -1;
+  const bool swa = j < c.len0;
+  const Segment& s = swa ? a.seg0 : a.seg1;
+  return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+}
+
+// The end of math warpgroup w's pair loop: the row sums of both warpgroups, (max, sum) for
+// row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l:
+// this thread's part of warpgroup w's sums; row: the thread's first accumulator row (and row + 8).
+template <class L>
+__device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>& c,
+                                                    const float (&o)[2][64], const float (&m)[2],
+                                                    float (&l)[2], int w, int row, int lane,
+                                                    int tid) {
+  float* sums = reinterpret_cast<float*>(c.base + L::kSumOff);  // [2][64]
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+    l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
+  }
+  ptx::named_barrier(6, 256);
+  if (w == 0 && (lane & 3) == 0) {
+    float2* ml = reinterpret_cast<float2*>(c.base + L::kMlOff);  // [64] (max, sum)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
+    }
+  }
+  ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
+  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+}
+
+// Launches kKernel over tokens x head groups with `smem` bytes of dynamic shared memory (reserved
+// once per kernel).
+template <auto kKernel>
+Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [smem] {
+    attr_err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem));
+  });
+  if (attr_err != cudaSuccess) {
+    return internal_error("sparse_attention: cannot reserve ", smem,
+                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
+  }
+  kKernel<<<static_cast<unsigned>(a.num_tokens * a.groups), kPrefillThreads, smem, stream>>>(a);
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail::ds_mla
