@@ -258,7 +258,8 @@ bool use_wgmma_pv() {
   return !forced_mma;
 }
 
-// Development: the per-role cycle accounts, averaged over the CTAs, per CTA and per tile.
+// Development: the per-role cycle accounts, averaged over the CTAs, per CTA and per tile (the
+// bf16 prefill kernel keeps none: its lines read zero).
 void print_profile(const unsigned long long* device_profile, int64_t ctas, bool prefill) {
   static const char* const kDecodeRoles[] = {"producer", "qk", "pv"};
   static const char* const kDecodeSlots[3][7] = {

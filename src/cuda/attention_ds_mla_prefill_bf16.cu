@@ -51,7 +51,7 @@ struct Bf16PrefillLayout {
   static constexpr int kKOff = kQOff + kQBytes;           // buffers 0, 1
   static constexpr int kPBytes = kGroupHeads * 128;       // [64 heads, 64 keys] bf16, swizzled
   static constexpr int kPOff = kKOff + 2 * kBufBytes;     // P of warpgroup 0, 1
-  static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32 row maxima of a pair
+  static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32: warpgroup 0's max, pair's
   static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
   static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
   static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
@@ -64,6 +64,8 @@ struct Bf16PrefillLayout {
 };
 using BL = Bf16PrefillLayout;
 
+// Ready: the half's copies have landed (128 producer arrivals; the half that carries the block's
+// mask also its 4 warps' mask stores). Free: the warpgroup that reads it last is done (128).
 __device__ __forceinline__ uint32_t ready_bar(const Cta<BL>& c, int buf, int half) {
   return c.sbase + BL::kBarOff + 8 * (2 * buf + half);
 }

@@ -63,9 +63,9 @@ struct PrefillLayout {
 };
 using PL = PrefillLayout;
 
-// Buffer b holds its block's rows: cp.async arrivals of the 128 producer threads + the mask
-// stores of its 4 warps. Free: both math warpgroups are done reading it (its own P V and the
-// other's).
+// Ready: buffer b holds its block's rows (each of the 128 producer threads arrives after its
+// stores, the mask byte of its warp included). Free: both math warpgroups are done reading it
+// (its own P V and the other's).
 __device__ __forceinline__ uint32_t ready_bar(const Cta<PL>& c, int b) {
   return c.sbase + PL::kBarOff + 8 * b;
 }
