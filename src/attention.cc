@@ -53,6 +53,10 @@ Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
     return invalid_argument("params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), got ",
                             static_cast<int32_t>(p.kernel));
   }
+  if (p.query_group_size < 1 || p.query_group_size > kMaxQueryGroup) {
+    return invalid_argument("params.query_group_size: expected 1..", kMaxQueryGroup, ", got ",
+                            p.query_group_size);
+  }
   if (p.num_tokens > std::numeric_limits<int64_t>::max() / (int64_t{p.num_heads} * kHeadDim)) {
     return invalid_argument("params.num_tokens: ", p.num_tokens, " tokens * ", p.num_heads,
                             " heads * ", kHeadDim, " values overflows int64");

@@ -34,6 +34,7 @@
 namespace sparse_swa {
 
 inline constexpr int32_t kMaxAttentionHeads = 128;
+inline constexpr int32_t kMaxQueryGroup = 8;  // tokens per query group (query_group_size)
 inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.5
 
 // Which CUDA kernel runs a call (docs/design.md#attention-kernels): kAuto chooses from the shapes;
@@ -84,6 +85,14 @@ struct SparseAttentionParams {
 
   // CUDA only: the kernel choice (above); the CPU reference has one path.
   AttentionKernel kernel = AttentionKernel::kAuto;
+
+  // A hint, 1..kMaxQueryGroup: rows g k .. g k + g - 1 (g = query_group_size; the last group may
+  // be shorter) are query tokens of one request whose key lists overlap (MTP and DSpark steps).
+  // The CUDA backend may then load and decode each key a group shares once for all its tokens
+  // (docs/design.md#query-groups): on fp8_ds_mla caches, when g x H <= 64 and the workspace
+  // holds the groups' key lists (sparse_attention_workspace_bytes() counts them). Results are the
+  // same as without the hint within the usual tolerance; the CPU reference ignores it.
+  int32_t query_group_size = 1;
 };
 
 // Runs the attention on the backend the views' memory space picks (swa_indices.space): host =
@@ -94,8 +103,9 @@ struct SparseAttentionParams {
 // cuda_stream is a cudaStream_t (nullptr = default stream; ignored on the CPU).
 Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream = nullptr);
 
-// Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths) on the current
-// device: 0 when it would not split the keys, without a CUDA build or without a device.
+// Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths, query groups)
+// on the current device: 0 when it would neither split the keys nor share them within query
+// groups, without a CUDA build or without a device.
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 
 // The kernel the CUDA backend runs for these params (shapes, cache dtypes, params.kernel) on the
@@ -104,9 +114,11 @@ int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 // bf16 once before P V (docs/design.md#attention-precision).
 AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params);
 
-// The most sparse_attention_workspace_bytes() gives for any shape on the current device (the
-// split-KV planner fills the SMs once, so the bound depends on the device only): a workspace of
-// this size serves every call. 0 without a CUDA build or device.
+// The most sparse_attention_workspace_bytes() gives for any shape without query groups on the
+// current device (the split-KV planner fills the SMs once, so the bound depends on the device
+// only): a workspace of this size serves every such call. Query groups need room for their key
+// lists as well (it grows with tokens and widths): size those calls'
+// workspace with sparse_attention_workspace_bytes(). 0 without a CUDA build or device.
 int64_t sparse_attention_max_workspace_bytes();
 
 // An owned device allocation of sparse_attention_max_workspace_bytes() on the current device,

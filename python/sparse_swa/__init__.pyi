@@ -264,12 +264,15 @@ def sparse_attention(
     lse: Array | None = None,
     stream: Stream = None,
     kernel: str = "auto",
+    query_group_size: int = 1,
 ) -> tuple[Array, Array]:
     """Sparse MLA attention over the SWA segment (+ the optional compressed extra_* segment):
     q [T, H, 512] bfloat16 (or uint16 bf16 bits), indices [T, W] or [T, 1, W] int32, lens [T]
     int32 -> (out [T, H, 512] of q's dtype, lse [T, H] float32, +inf for a row without keys).
     Host arrays: the CPU reference; CUDA arrays: the CUDA kernels on `stream`. kernel: "auto",
-    or "decode" / "prefill" to force a tensor-core kernel (ignored for host arrays)."""
+    or "decode" / "prefill" to force a tensor-core kernel (ignored for host arrays).
+    query_group_size (1..8): a hint that each g consecutive rows are tokens of one request whose
+    keys overlap (MTP / DSpark), so that the CUDA kernel may load shared keys once."""
 
 def compressed_topk_to_global(
     metadata: SwaMetadata,

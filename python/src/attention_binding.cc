@@ -188,11 +188,13 @@ Status renamed(const Status& status) {
                                  {"params.num_heads", "q"},
                                  {"params.num_tokens", "q"},
                                  {"params.softmax_scale", "scale"},
+                                 {"params.query_group_size", "query_group_size"},
                                  {"params.pointers_device", "the arrays' device"}});
 }
 
 struct AttentionArgs {
-  nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel;
+  nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel,
+      query_group_size;
 };
 
 AttentionKernel kernel_from(nb::handle value) {
@@ -267,6 +269,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   }
   p.softmax_scale = scale;
   p.kernel = kernel_from(k.kernel);
+  p.query_group_size = int32_from_python(k.query_group_size, "query_group_size");
   nb::object out, lse;
   if (k.out.is_none()) {
     const NewArray a = new_array(call, q.elem, {tokens, heads, dim}, "out", "q");
@@ -344,10 +347,11 @@ void bind_attention(nb::module_& m) {
       [](nb::handle q, nb::handle cache, nb::handle block_size, nb::handle indices, nb::handle lens,
          nb::handle scale, nb::handle sinks, nb::handle dtype, nb::handle extra_cache,
          nb::handle extra_block_size, nb::handle extra_indices, nb::handle extra_lens,
-         nb::handle out, nb::handle lse, nb::handle stream, nb::handle kernel) {
-        return attention(
-            q, cache, block_size, indices, lens, scale, sinks, dtype,
-            {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel});
+         nb::handle out, nb::handle lse, nb::handle stream, nb::handle kernel,
+         nb::handle query_group_size) {
+        return attention(q, cache, block_size, indices, lens, scale, sinks, dtype,
+                         {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse,
+                          stream, kernel, query_group_size});
       },
       nb::arg("q").none(), nb::arg("swa_cache").none(), nb::arg("swa_block_size").none(),
       nb::arg("indices").none(), nb::arg("lens").none(), nb::arg("scale") = nb::none(),
@@ -355,7 +359,7 @@ void bind_attention(nb::module_& m) {
       nb::arg("extra_cache") = nb::none(), nb::arg("extra_block_size") = nb::none(),
       nb::arg("extra_indices") = nb::none(), nb::arg("extra_lens") = nb::none(),
       nb::arg("out") = nb::none(), nb::arg("lse") = nb::none(), nb::arg("stream") = nb::none(),
-      nb::arg("kernel").none() = nb::str("auto"),
+      nb::arg("kernel").none() = nb::str("auto"), nb::arg("query_group_size") = 1,
       "Sparse MLA attention over the SWA segment and an optional compressed (extra) segment:\n"
       "q [T, H, 512] bfloat16 (or uint16 bf16 bits), swa_cache [num_blocks, page_stride_bytes]\n"
       "uint8, indices [T, W] or [T, 1, W] int32 slot ids (-1 = skip; the builder's arrays as\n"
@@ -370,7 +374,10 @@ void bind_attention(nb::module_& m) {
       "object with .cuda_stream or __cuda_stream__(). The split-KV workspace is allocated once\n"
       "per (device, stream) and cached. kernel: \"auto\" (the choice from the shapes), or\n"
       "\"decode\" / \"prefill\" to force a tensor-core kernel (tests, measurements; an error\n"
-      "where it cannot run); host arrays have one path and ignore it.");
+      "where it cannot run); host arrays have one path and ignore it. query_group_size (1..8):\n"
+      "a hint that rows g k .. g k + g - 1 are tokens of one request (MTP / DSpark steps) whose\n"
+      "keys overlap, so the CUDA kernel may load each shared key once for the group; the\n"
+      "results do not depend on it beyond rounding.");
 }
 
 }  // namespace sparse_swa::python

@@ -349,6 +349,31 @@ bool applies(const SparseAttentionParams& p) {
 constexpr int64_t kMinTilesToSplit = 8;
 constexpr int64_t kMinSliceTiles = 1;
 
+int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// The query groups' part of the workspace: [G, cap] slots, [G, cap] token bits, [G, 2] lens.
+int64_t group_workspace_bytes(int64_t groups, int64_t cap) {
+  return 2 * align16(groups * cap * 4) + align16(groups * 2 * 4);
+}
+
+// Query groups (docs/design.md#query-groups) go to the fp8_ds_mla prefill kernel when a group's
+// rows fit one CTA (g x H <= 64), its entries one union CTA, and the two caches' slot ids one
+// 31-bit key space; and, unforced, only when the groups alone fill the SMs: a CTA walks its
+// group's union, longer than one token's list, so fewer CTAs pay only with several waves
+// (bench/README.md#variant-log, run 61).
+bool query_groups_apply(const SparseAttentionParams& p, int64_t max_keys, int num_sms) {
+  const int64_t g = p.query_group_size;
+  const bool extra = p.extra_indices.rows != 0;
+  const int64_t slots = p.swa_cache.num_slots() + (extra ? p.extra_cache.num_slots() : 0);
+  const int64_t groups = (p.num_tokens + g - 1) / g;
+  return g > 1 && p.num_tokens > 0 && p.kernel != AttentionKernel::kDecode &&
+         (p.kernel == AttentionKernel::kPrefill || groups >= num_sms) &&
+         p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
+         (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) &&
+         g * p.num_heads <= kGroupHeads && g * max_keys <= kMaxGroupEntries &&
+         slots < (int64_t{1} << 31);
+}
+
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
@@ -359,6 +384,16 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   // The prefill kernel takes every call the decode kernel would not split (it measured faster
   // unsplit at every shape of the attention benchmark: bench/README.md#variant-log, run 34).
   plan.prefill = p.kernel != AttentionKernel::kDecode;
+  if (query_groups_apply(p, max_keys, num_sms)) {
+    const int64_t g = p.query_group_size;
+    const int64_t bytes = group_workspace_bytes((p.num_tokens + g - 1) / g, g * max_keys);
+    if (workspace_bytes < 0 || workspace_bytes >= bytes) {
+      plan.query_group = static_cast<int32_t>(g);
+      plan.group_cap = g * max_keys;
+      plan.workspace_bytes = bytes;
+      return plan;
+    }
+  }
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
   if (p.kernel == AttentionKernel::kPrefill || ctas == 0 || ctas >= num_sms ||
       max_tiles < kMinTilesToSplit) {
@@ -413,6 +448,8 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.scale_log2 = p.softmax_scale * kLog2e;
   a.num_tokens = p.num_tokens;
   a.num_heads = p.num_heads;
+  a.query_group = plan.query_group;
+  a.key_rows = (p.num_tokens + plan.query_group - 1) / plan.query_group;
   a.groups = plan.groups;
   a.splits = plan.splits;
   a.num_segments = p.extra_indices.rows != 0 ? 2 : 1;
@@ -423,13 +460,21 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.ablate = ablate;
   a.seg0 = segment(p.swa_indices, p.swa_cache);
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
+  if (plan.query_group > 1) {
+    // At the workspace's start: [G, cap] slots, [G, cap] token bits, [G, 2] lens.
+    uint8_t* w = static_cast<uint8_t*>(p.workspace);
+    a.group_cap = plan.group_cap;
+    a.group_slots = reinterpret_cast<int32_t*>(w);
+    a.group_tokens = reinterpret_cast<uint32_t*>(w + align16(a.key_rows * plan.group_cap * 4));
+    a.group_lens = reinterpret_cast<int32_t*>(w + 2 * align16(a.key_rows * plan.group_cap * 4));
+  }
   if (plan.splits > 1) {
     // [splits, T, H, 512] fp32, then [splits, T, H] (max, sum); both 16-byte aligned.
     a.partial_o = static_cast<float*>(p.workspace);
     a.partial_ml = reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * p.num_tokens *
                                                                p.num_heads * kHeadDim);
   }
-  const int64_t blocks = p.num_tokens * plan.groups * plan.splits;
+  const int64_t blocks = a.key_rows * plan.groups * plan.splits;
   if (blocks > 0x7fffffff) {
     return invalid_argument("params.num_tokens: expected at most ",
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
@@ -450,6 +495,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // Three variants per cache kind: wgmma QK with wgmma or m16n8k16 PV, and m16n8k16 for both (ptxas
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
+  if (plan.query_group > 1) SPARSE_SWA_RETURN_IF_ERROR(launch_query_group_union(a, stream));
   const Status launched =
       plan.prefill ? (p.swa_cache.dtype == CacheDtype::kBf16 ? launch_prefill_bf16(a, stream)
                                                              : launch_prefill_fp8(a, stream))

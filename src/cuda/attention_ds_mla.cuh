@@ -18,6 +18,10 @@ struct DsMlaPlan {
   int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
   int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
   bool prefill = false;  // the prefill kernel (never split), else the decode kernel
+  // > 1: a prefill CTA takes a query group of this many tokens (all heads) over the union of
+  // their key lists (docs/design.md#query-groups), built into the workspace; never split.
+  int32_t query_group = 1;
+  int64_t group_cap = 0;  // entries per group's union: query_group x (both row widths)
   int64_t workspace_bytes = 0;
 };
 
@@ -31,10 +35,12 @@ bool ds_mla_attention_applies(const SparseAttentionParams& p);
 // Otherwise INVALID_ARGUMENT naming params.kernel.
 Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
-// The plan from shapes alone (tokens, heads, row widths, the device's SM count), never from
-// device data: splits only when tokens x head groups leave SMs idle, and never more than the
-// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing); the decode
-// kernel runs split plans, the prefill kernel the others (params.kernel can force either).
+// The plan from shapes alone (tokens, heads, row widths, query group size, cache sizes, the
+// device's SM count), never from device data: query groups (prefill kernel) when they fill the
+// SMs and the workspace holds their unions; else splits only when tokens x head groups leave SMs
+// idle, and never more than the caller's workspace holds (`workspace_bytes` < 0: as many as
+// wanted, for sizing); the decode kernel runs split plans, the prefill kernel the others
+// (params.kernel can force either).
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 

@@ -58,6 +58,7 @@ constexpr int kKOff = kQOff + kQBytes;
 template <bool kBf16Cache>
 struct Layout {
   static constexpr bool kBf16 = kBf16Cache;
+  static constexpr bool kQueryGroups = false;  // a key list per token (Cta::row)
   static constexpr int kKStages = kBf16 ? 4 : kStageConfig[0];
   static constexpr int kRawStages = kBf16 ? 0 : kStageConfig[1];
   static constexpr int kPBufs = kStageConfig[2];
@@ -122,11 +123,24 @@ struct Args {
   int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
+  // Query groups (SparseAttentionParams::query_group_size, docs/design.md#query-groups): a CTA's
+  // key list is its group's union, built by query_group_union_kernel; rows r of the CTA are the
+  // group's (token r / H, head r % H). query_group = 1: a key list per token, none of these used.
+  int32_t query_group;
+  int64_t key_rows;        // T, or ceil(T / query_group) groups
+  int32_t* group_slots;    // [key_rows, group_cap] slot ids, SWA entries first
+  uint32_t* group_tokens;  // [key_rows, group_cap] bit j: the group's token j uses it
+  int32_t* group_lens;     // [key_rows, 2] (SWA entries, all entries)
+  int64_t group_cap;       // query_group x (SWA width + extra width)
 };
 // The prefill kernels, unsplit: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and on
 // bf16 caches (attention_ds_mla_prefill_bf16.cu).
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
+// Query groups: the union of each group's key lists into a.group_slots / group_tokens /
+// group_lens (attention_query_groups.cu), one CTA per group, before the decode kernel.
+constexpr int kMaxGroupEntries = 4096;  // a group's entries (query_group x both widths), at most
+Status launch_query_group_union(const Args& a, cudaStream_t stream);
 
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.
@@ -191,9 +205,9 @@ struct RoleClock {
 
 template <class L>
 struct Cta {
-  int64_t t;  // query token
-  int h0;     // first head of the group
-  int heads;  // heads of the group, 1..64
+  int64_t t;  // key row: the query token, or its query group
+  int h0;     // first head of the head group
+  int heads;  // rows of the CTA, 1..64: heads of the head group, or the query group's rows
   int split;
   int32_t len0;    // valid SWA entries (clamped)
   int64_t total;   // valid entries of both segments
@@ -201,6 +215,16 @@ struct Cta {
   int32_t n;       // tiles of this split
   uint8_t* base;   // 1024-aligned shared memory
   uint32_t sbase;  // its shared-window address
+  // Row r of the CTA as a row of the [T x H] rows of q, out and lse, and its head: t H + h0 + r,
+  // or t g H + r for a query group (kernels whose layout has kQueryGroups take only those).
+  __device__ __forceinline__ int64_t row(const Args& a, int r) const {
+    if constexpr (L::kQueryGroups) return t * a.query_group * a.num_heads + r;
+    return t * a.num_heads + h0 + r;
+  }
+  __device__ __forceinline__ int head(const Args& a, int r) const {
+    if constexpr (L::kQueryGroups) return r % a.num_heads;
+    return h0 + r;
+  }
   __device__ uint32_t bar(int i) const { return sbase + L::kBarOff + 8 * i; }
   __device__ uint32_t k_full(int s) const { return bar(s); }
   __device__ uint32_t k_empty(int s) const { return bar(L::kKStages + s); }
@@ -218,7 +242,7 @@ __device__ __forceinline__ void place_smem(Cta<L>& c, uint8_t* raw) {
   c.sbase = raw_addr + pad;
 }
 
-// The group's Q rows into shared memory at kQOff, swizzled (heads past the group as zero rows),
+// The CTA's Q rows into shared memory at kQOff, swizzled (rows past c.heads as zero rows),
 // by kLoaders threads (t = 0..kLoaders - 1), all loads in flight before the first store. The
 // caller fences for the async proxy and synchronises its loaders.
 template <int kLoaders, class L>
@@ -233,7 +257,9 @@ __device__ __forceinline__ void load_q(const Args& a, const Cta<L>& c, int t) {
     const int col = (i % (kHeadDim / 8)) * 8;
     qv[r] =
         (kChunks % kLoaders == 0 || i < kChunks) && h < c.heads
-            ? *reinterpret_cast<const uint4*>(a.q + (c.t * a.num_heads + c.h0 + h) * kHeadDim + col)
+            ? *reinterpret_cast<const uint4*>(
+                  a.q + (L::kQueryGroups ? c.row(a, h) : c.t * a.num_heads + c.h0 + h) * kHeadDim +
+                  col)
             : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll

@@ -21,16 +21,27 @@ namespace sparse_swa::detail::ds_mla {
 constexpr int kPrefillThreads = 384;
 
 // CTA blockIdx.x = token * groups + head group: its token, heads, the token's key total (both
-// segments' lens, clamped to their widths) and its number of `block_keys`-key blocks.
+// segments' lens, clamped to their widths) and its number of `block_keys`-key blocks. With query
+// groups (L::kQueryGroups), CTA blockIdx.x = a query group, all heads of its tokens as rows, and
+// the group's union as the key list.
 template <class L>
 __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
   c.split = 0;
-  c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
-  c.t = blockIdx.x / a.groups;
-  c.heads = min(kGroupHeads, a.num_heads - c.h0);
-  c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
-  c.total = int64_t{c.len0} + len1;
+  if constexpr (L::kQueryGroups) {
+    c.h0 = 0;
+    c.t = blockIdx.x;
+    const int64_t first = c.t * a.query_group;
+    c.heads = static_cast<int>(min(int64_t{a.query_group}, a.num_tokens - first)) * a.num_heads;
+    c.len0 = a.group_lens[2 * c.t];  // the union's, within group_cap
+    c.total = a.group_lens[2 * c.t + 1];
+  } else {
+    c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
+    c.t = blockIdx.x / a.groups;
+    c.heads = min(kGroupHeads, a.num_heads - c.h0);
+    c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
+    const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
+    c.total = int64_t{c.len0} + len1;
+  }
   c.tile0 = 0;
   c.n = static_cast<int32_t>((c.total + block_keys - 1) / block_keys);
 }
@@ -40,6 +51,7 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
 template <class L>
 __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>& c, int64_t j) {
   if (j >= c.total) return -1;
+  if constexpr (L::kQueryGroups) return a.group_slots[c.t * a.group_cap + j];  // checked slots
   const bool swa = j < c.len0;
   const Segment& s = swa ? a.seg0 : a.seg1;
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
@@ -72,8 +84,8 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
   write_rows(a, c, o, w, row, lane, 128 * w + tid);
 }
 
-// Launches kKernel over tokens x head groups with `smem` bytes of dynamic shared memory (reserved
-// once per kernel).
+// Launches kKernel over key rows (tokens, or query groups) x head groups with `smem` bytes of
+// dynamic shared memory (reserved once per kernel).
 template <auto kKernel>
 Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
   static std::once_flag once;
@@ -86,7 +98,7 @@ Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot reserve ", smem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
-  kKernel<<<static_cast<unsigned>(a.num_tokens * a.groups), kPrefillThreads, smem, stream>>>(a);
+  kKernel<<<static_cast<unsigned>(a.key_rows * a.groups), kPrefillThreads, smem, stream>>>(a);
   return Status::Ok();
 }
 

@@ -46,6 +46,7 @@ static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the other kernels).
 struct Bf16PrefillLayout {
+  static constexpr bool kQueryGroups = false;             // never given a query group
   static constexpr int kBufBytes = kKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
   static constexpr int kColBlock = kKeys * 128;           // one [64, 64 dims] column block
   static constexpr int kKOff = kQOff + kQBytes;           // buffers 0, 1

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #pragma nv_diag_suppress 177
@@ -46,56 +47,92 @@ constexpr int kMathRegs = 192, kProducerRegs = 120;
 static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
-struct PrefillLayout {
+struct PrefillBuffers {
   static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [32 keys, 512] bf16, swizzled
   static constexpr int kColBlock = kBlockKeys * 128;           // one [32, 64 dims] column block
   static constexpr int kKOff = kQOff + kQBytes;                // K buffers 0..3
   // [2][64 heads, 32 keys] bf16 in 128-byte rows (columns 32-63 unused), swizzled.
   static constexpr int kPOff = kKOff + kBuffers * kBufBytes;
   static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32 row maxima of a pair
-  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;       // [2][64] fp32 row sums
-  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;        // [64] (max, sum), row_out's
-  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;           // [4] uint32 valid-key masks
-  static constexpr int kBarOff = kMaskOff + 4 * kBuffers;             // ready[4], free[4] mbarriers
-  static constexpr size_t kSmem = kBarOff + 2 * kBuffers * 8 + 1024;  // + alignment slack
-  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
+  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // valid-key masks
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes % 1024 == 0);
 };
-using PL = PrefillLayout;
+using PL = PrefillBuffers;
+// kGroups: the CTA takes a query group's union (docs/design.md#query-groups), with a valid-key
+// mask per token of the group.
+template <bool kGroups>
+struct PrefillLayout : PrefillBuffers {
+  static constexpr bool kQueryGroups = kGroups;
+  static constexpr int kMaskWords = kGroups ? kMaxQueryGroup : 1;       // [4][kMaskWords] uint32
+  static constexpr int kBarOff = kMaskOff + 4 * kBuffers * kMaskWords;  // ready[4], free[4]
+  static constexpr size_t kSmem = kBarOff + 2 * kBuffers * 8 + 1024;    // + alignment slack
+  static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+};
 
 // Ready: buffer b holds its block's rows (each of the 128 producer threads arrives after its
 // stores, the mask byte of its warp included). Free: both math warpgroups are done reading it
 // (its own P V and the other's).
-__device__ __forceinline__ uint32_t ready_bar(const Cta<PL>& c, int b) {
-  return c.sbase + PL::kBarOff + 8 * b;
+template <class L>
+__device__ __forceinline__ uint32_t ready_bar(const Cta<L>& c, int b) {
+  return c.sbase + L::kBarOff + 8 * b;
 }
-__device__ __forceinline__ uint32_t free_bar(const Cta<PL>& c, int b) {
-  return c.sbase + PL::kBarOff + 8 * (kBuffers + b);
+template <class L>
+__device__ __forceinline__ uint32_t free_bar(const Cta<L>& c, int b) {
+  return c.sbase + L::kBarOff + 8 * (kBuffers + b);
 }
 
 // ---- producer: four threads per key ----
 
 // The index entry of key `key` of block b, or -1.
-__device__ __forceinline__ int32_t block_index(const Args& a, const Cta<PL>& c, int b, int key) {
+template <class L>
+__device__ __forceinline__ int32_t block_index(const Args& a, const Cta<L>& c, int b, int key) {
   return prefill_key_index(a, c, int64_t{b} * kBlockKeys + key);
 }
 
 // Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
-// buf's mask; returns true in the lane that stored it.
-__device__ __forceinline__ bool publish_mask(const Cta<PL>& c, int buf, int tid, bool valid) {
+// buf's mask (of each token's mask, for a query group: a key is valid for the tokens whose bits
+// it carries); returns true in the lane that stored it.
+template <class L>
+__device__ __forceinline__ bool publish_mask(const Args& a, const Cta<L>& c, int buf, int tid,
+                                             bool valid, uint32_t tokens) {
   // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
-  const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && valid);
-  if ((tid & 31) != 0) return false;
-  uint32_t bits = 0;
+  const auto byte_of = [tid](bool key_valid) {
+    const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && key_valid);
+    uint32_t bits = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
-  c.base[PL::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
-  return true;
+    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
+    return static_cast<uint8_t>(bits);
+  };
+  if constexpr (L::kQueryGroups) {
+    for (int t = 0; t < a.query_group; ++t) {
+      const uint8_t bits = byte_of(valid && ((tokens >> t) & 1u));
+      if ((tid & 31) == 0) c.base[L::kMaskOff + 4 * (buf * L::kMaskWords + t) + (tid >> 5)] = bits;
+    }
+    return (tid & 31) == 0;
+  } else {
+    (void)a;
+    (void)tokens;
+    const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && valid);
+    if ((tid & 31) != 0) return false;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
+    c.base[L::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
+    return true;
+  }
 }
 
 // fp8_ds_mla: one producer thread's share of a key (part p = tid % 4 of key tid / 4): e4m3 chunks
-// p + 4 r (r = 0..6, scale byte r each), bf16 RoPE chunks p and p + 4, the key's scale bytes.
-struct RawKey {
+// p + 4 r (r = 0..6, scale byte r each), bf16 RoPE chunks p and p + 4, the key's scale bytes; in
+// a query group, the tokens that use the key.
+struct RawKeyTokens {
+  uint32_t tokens = 0;
+};
+struct RawKeyNoTokens {};
+template <bool kGroups>
+struct RawKey : std::conditional_t<kGroups, RawKeyTokens, RawKeyNoTokens> {
   uint4 nope[kNopeChunks / 4];
   uint4 rope[2];
   uint2 scales;
@@ -104,8 +141,9 @@ struct RawKey {
 
 // Starts the loads of block b's key (masked: nothing loaded); entries < -1 or past the cache are
 // counted once (head group 0, by part 0).
-__device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b, int tid,
-                                         int32_t idx, RawKey& r) {
+template <class L>
+__device__ __forceinline__ void load_raw(const Args& a, const Cta<L>& c, int b, int tid,
+                                         int32_t idx, RawKey<L::kQueryGroups>& r) {
   const int key = tid >> 2, part = tid & 3;
   r.valid = false;
   if (idx == -1) return;
@@ -126,6 +164,7 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b,
     r.scales = __ldg(reinterpret_cast<const uint2*>(
         page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
         static_cast<int64_t>(offset) * kDsMlaScaleBytes));
+    if constexpr (L::kQueryGroups) r.tokens = __ldg(a.group_tokens + c.t * a.group_cap + j);
     r.valid = true;
   } else if (part == 0 && c.h0 == 0 && a.bad_count != nullptr) {
     atomicAdd(a.bad_count, 1);
@@ -134,8 +173,9 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<PL>& c, int b,
 
 // The decoded bf16 values of that share into buffer `k` (zeros for a masked key), as the decode
 // kernel's decode_tile does from shared memory.
-template <bool kHuge>
-__device__ __forceinline__ void store_nope(const RawKey& r, uint8_t* k, int key, int part) {
+template <bool kHuge, bool kGroups>
+__device__ __forceinline__ void store_nope(const RawKey<kGroups>& r, uint8_t* k, int key,
+                                           int part) {
 #pragma unroll
   for (int i = 0; i < kNopeChunks / 4; ++i) {
     const int ch = part + 4 * i;
@@ -148,13 +188,14 @@ __device__ __forceinline__ void store_nope(const RawKey& r, uint8_t* k, int key,
     *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
   }
 }
-__device__ __forceinline__ void store_key(const RawKey& r, uint8_t* k, int tid) {
+template <bool kGroups>
+__device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, int tid) {
   const int key = tid >> 2, part = tid & 3;
   if (r.valid) {
     if (!has_huge_scale(r.scales)) {
-      store_nope<false>(r, k, key, part);
+      store_nope<false, kGroups>(r, k, key, part);
     } else {
-      store_nope<true>(r, k, key, part);
+      store_nope<true, kGroups>(r, k, key, part);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -177,11 +218,12 @@ __device__ __forceinline__ void store_key(const RawKey& r, uint8_t* k, int tid) 
 
 // fp8_ds_mla producer: block b + 1's bytes are loaded into registers while block b is decoded
 // into its buffer; every thread arrives on ready(buf) after its stores.
-__device__ void decode_prefill_producer(const Args& a, const Cta<PL>& c, int tid) {
+template <class L>
+__device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid) {
   RoleClock clk(a, 0);  // slots: free waits, decodes
   const int key = tid >> 2;
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
-  RawKey cur, next;
+  RawKey<L::kQueryGroups> cur, next;
   load_raw(a, c, 0, tid, block_index(a, c, 0, key), cur);
   int32_t idx = block_index(a, c, 1, key);
   for (int b = 0; b < blocks; ++b) {
@@ -191,7 +233,11 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<PL>& c, int tid
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
     clk.lap(0);
     store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
-    publish_mask(c, buf, tid, cur.valid);
+    if constexpr (L::kQueryGroups) {
+      publish_mask(a, c, buf, tid, cur.valid, cur.tokens);
+    } else {
+      publish_mask(a, c, buf, tid, cur.valid, 0u);
+    }
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(ready_bar(c, buf));
     clk.lap(1);
@@ -231,11 +277,18 @@ __device__ __forceinline__ uint64_t v_base_desc(uint32_t k_base) {
 
 // w as a template argument: every shared-memory address below is then warp-uniform, and the
 // wgmma descriptors live in uniform registers.
-template <int w>
-__device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
+template <int w, class L>
+__device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
   RoleClock clk(a, 1 + w);  // slots: print_profile's kPrefillMath
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
+  int token[2] = {0, 0};  // a query group's rows: their tokens (rows past the group's: any)
+  if constexpr (L::kQueryGroups) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      token[hh] = min((row + 8 * hh) / a.num_heads, kMaxQueryGroup - 1);
+    }
+  }
   const uint32_t q_base = c.sbase + kQOff;
   float* maxes = reinterpret_cast<float*>(c.base + PL::kMaxOff);
   float o[2][64];
@@ -258,7 +311,14 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
     clk.lap(1);
     ptx::wgmma_wait<0>();
     clk.lap(2);
-    const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + PL::kMaskOff + 4 * mine);
+    const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + L::kMaskOff + 4 * mine);
+    uint32_t token_masks[2] = {mask, mask};
+    if constexpr (L::kQueryGroups) {
+      const uint32_t* masks =
+          reinterpret_cast<const uint32_t*>(c.base + L::kMaskOff) + mine * L::kMaskWords;
+      token_masks[0] = masks[token[0]];
+      token_masks[1] = masks[token[1]];
+    }
     // Scaled scores (masked keys -inf) and this block's row maxima, exchanged.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -269,7 +329,9 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           float& x = s[4 * j + 2 * hh + e];
-          x = valid ? x * a.scale_log2 : -INFINITY;
+          const bool used =
+              L::kQueryGroups ? (token_masks[hh] >> (8 * j + 2 * (lane & 3) + e)) & 1u : valid;
+          x = used ? x * a.scale_log2 : -INFINITY;
           mx[hh] = fmaxf(mx[hh], x);
         }
       }
@@ -380,11 +442,13 @@ __device__ void prefill_math(const Args& a, const Cta<PL>& c, int tid) {
   finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
 }
 
+template <bool kGroups>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
     ds_mla_prefill_fp8_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = PrefillLayout<kGroups>;
   extern __shared__ uint8_t smem_raw[];
-  Cta<PL> c;
+  Cta<L> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
   start_prefill_cta(a, c, kBlockKeys);
@@ -419,7 +483,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 }  // namespace
 
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream) {
-  return launch_prefill_grid<ds_mla_prefill_fp8_kernel>(a, PL::kSmem, stream);
+  if (a.query_group > 1) {
+    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<true>>(a, PrefillLayout<true>::kSmem,
+                                                                stream);
+  }
+  return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false>>(a, PrefillLayout<false>::kSmem,
+                                                               stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -24,8 +24,8 @@ template <class L>
 __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r, bool writer) {
   const float2 st = reinterpret_cast<const float2*>(c.base + L::kMlOff)[r];
   const float m = st.x, l = st.y;
-  const int head = c.h0 + r;
-  const int64_t row = c.t * a.num_heads + head;
+  const int head = c.head(a, r);
+  const int64_t row = L::kQueryGroups ? c.row(a, r) : c.t * a.num_heads + head;
   RowOut o;
   if (a.splits == 1) {
     float lse = INFINITY;  // no valid key: out 0, lse +inf
@@ -173,7 +173,7 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
         pack_bf16(x * ro.factor, y * ro.factor);
   });
   ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
-  uint16_t* dst = a.out + (c.t * a.num_heads + c.h0) * kHeadDim;
+  uint16_t* dst = a.out + (L::kQueryGroups ? c.row(a, 0) : c.t * a.num_heads + c.h0) * kHeadDim;
   for (int i = tid256; i < c.heads * 64; i += 256) {
     const int r = i >> 6, ch = i & 63;
     *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =

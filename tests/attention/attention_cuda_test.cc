@@ -107,6 +107,25 @@ void fill_rows(IndexRows* r, int64_t num_slots, std::mt19937* rng) {
   }
 }
 
+// Query groups of g rows (MTP / DSpark): each row after a group's first takes most of its entries
+// from the row before, one place on (a window that moves, a top-k that overlaps), where the row
+// before has a valid entry there; some entries repeat their neighbour (a key listed twice).
+void share_within_groups(IndexRows* r, int32_t g, std::mt19937* rng) {
+  for (int64_t t = 0; t < r->rows; ++t) {
+    if (t % g == 0) continue;
+    const int32_t* prev = r->data.data() + (t - 1) * r->stride;
+    int32_t* row = r->data.data() + t * r->stride;
+    for (int32_t j = 0; j < r->lens[t]; ++j) {
+      const uint32_t pick = (*rng)() % 16;
+      if (pick < 12 && j + 1 < r->lens[t - 1]) {
+        row[j] = prev[j + 1];
+      } else if (pick == 12 && j > 0) {
+        row[j] = row[j - 1];
+      }
+    }
+  }
+}
+
 std::vector<uint16_t> random_q(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -190,6 +209,13 @@ class DeviceProblem {
   SparseAttentionParams p_;
 };
 
+int sm_count() {
+  int device = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  return sms;
+}
+
 // True when the call these device params describe runs the prefill kernel, which rounds P to
 // bf16 once (the comparison's wider bound).
 bool rounds_p(const SparseAttentionParams& device_params) {
@@ -202,16 +228,18 @@ struct Shape {
   bool sinks;
   bool split = false;  // give the call a workspace, so small batches split their keys
   AttentionKernel kernel = AttentionKernel::kAuto;
+  int32_t group = 1;  // query_group_size; > 1: rows of a group share keys (share_within_groups)
 };
 
 std::string describe(const Shape& s) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s%s", s.heads, s.width,
+  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s%s G=%d", s.heads, s.width,
                 s.extra_width, s.swa_block, s.extra_block, s.tokens, cache_dtype_name(s.swa_dtype),
                 cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "",
                 s.kernel == AttentionKernel::kPrefill
                     ? " prefill"
-                    : (s.kernel == AttentionKernel::kDecode ? " decode" : ""));
+                    : (s.kernel == AttentionKernel::kDecode ? " decode" : ""),
+                s.group);
   return buf;
 }
 
@@ -242,6 +270,10 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
                   has_extra ? 2 * s.extra_width + 64 : 32, seed + 2);
   IndexRows extra_rows(s.tokens, s.extra_width, s.extra_width);
   if (has_extra) fill_rows(&extra_rows, extra.num_slots(), &rng);
+  if (s.group > 1) {
+    share_within_groups(&swa_rows, s.group, &rng);
+    if (has_extra) share_within_groups(&extra_rows, s.group, &rng);
+  }
   const std::vector<uint16_t> q = random_q(int64_t{s.tokens} * s.heads, seed + 3);
   std::vector<float> sinks(s.heads);
   for (int h = 0; h < s.heads; ++h)
@@ -259,11 +291,19 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
   }
   hp.sinks = s.sinks ? sinks.data() : nullptr;
   hp.kernel = s.kernel;
+  hp.query_group_size = s.group;
 
   DeviceProblem dev(hp, swa, swa_rows, has_extra ? &extra : nullptr,
                     has_extra ? &extra_rows : nullptr, q, sinks, s.split);
   if (s.split) {
     EXPECT_GT(dev.params().workspace_bytes, 0) << describe(s) << ": expected a split plan";
+  }
+  if (s.group > 1 && sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
+    // Every grouped shape below is one the prefill kernel takes as query groups.
+    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), dev.params().workspace_bytes)
+                  .query_group,
+              s.group)
+        << describe(s);
   }
   const AttentionKernel kernel = sparse_attention_kernel(dev.params());
   if (s.kernel != AttentionKernel::kAuto) EXPECT_EQ(kernel, s.kernel) << describe(s);
@@ -293,7 +333,8 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
          cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "") +
          (s.kernel == AttentionKernel::kPrefill
               ? "_prefill"
-              : (s.kernel == AttentionKernel::kDecode ? "_decode" : ""));
+              : (s.kernel == AttentionKernel::kDecode ? "_decode" : "")) +
+         (s.group > 1 ? "_G" + std::to_string(s.group) : "");
 }
 
 // Every listed value of every axis appears; heads 3, 20 and 100 check head counts that are not
@@ -398,6 +439,25 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kDec}),
     shape_name);
 
+constexpr AttentionKernel kAny = AttentionKernel::kAuto;
+// Query groups (docs/design.md#query-groups): g consecutive rows share most keys, some keys
+// repeat inside a row; the fp8_ds_mla prefill kernel walks each group's union once. Unforced
+// when the groups fill the SMs (T / g >= 132 on an H200), forced below that; g x H from 3 to 64
+// rows, widths not multiples of 32, page size 2, lens 0 and full, -1 holes, a shorter last
+// group, one segment or two.
+INSTANTIATE_TEST_SUITE_P(
+    GroupShapes, AttentionCudaVsCpu,
+    ::testing::Values(Shape{8, 640, 1152, 2, 64, 600, kDs, kDs, true, true, kAny, 2},
+                      Shape{16, 128, 512, 64, 64, 1001, kDs, kDs, false, true, kAny, 4},
+                      Shape{8, 128, 512, 64, 64, 128, kDs, kDs, true, true, kPre, 2},
+                      Shape{16, 128, 512, 256, 2, 37, kDs, kDs, false, true, kPre, 4},
+                      Shape{3, 63, 100, 64, 2, 50, kDs, kDs, true, true, kPre, 3},
+                      Shape{1, 1, 0, 64, 0, 40, kDs, kDs, false, true, kPre, 8},
+                      Shape{32, 128, 512, 64, 64, 64, kDs, kDs, false, true, kPre, 2},
+                      Shape{20, 200, 300, 64, 2, 9, kDs, kDs, true, true, kPre, 3},
+                      Shape{8, 128, 0, 64, 0, 300, kDs, kDs, false, true, kPre, 8}),
+    shape_name);
+
 // A small fixed problem for the behaviour tests below.
 struct SmallProblem {
   SmallProblem(int32_t heads, int32_t tokens, int32_t width, CacheDtype dtype = kDs)
@@ -449,6 +509,20 @@ TEST(AttentionCuda, MaxWorkspaceBoundsEveryShape) {
   EXPECT_EQ(w.value()->data() != nullptr, most > 0);
 }
 
+// Runs the call, then checks that it counted the `planted` bad entries and matches the CPU
+// reference on `masked` (the same rows with -1 in their place: the CPU refuses them).
+void expect_masked_and_counted(DeviceProblem& dev, const SparseAttentionParams& hp,
+                               const IndexRows& masked, int32_t planted) {
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dev.bad_count(), planted);
+  SparseAttentionParams ref = hp;
+  ref.swa_indices = masked.view();
+  const AttentionComparison e =
+      compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
+  EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
 TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(40, 8, 64);  // 40 heads: three head groups, each entry counted once
@@ -463,20 +537,13 @@ TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
       ++planted;
     }
   }
-  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(dev.bad_count(), planted);
   // The CPU refuses those entries; with -1 in their place it is the reference.
   std::vector<double> ref_out(8 * 40 * kHeadDim), ref_lse(8 * 40);
   EXPECT_TRUE(
       testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
                                  {"params.swa_indices[0][0]: slot", "is outside the cache"}));
-  SparseAttentionParams ref = p.hp;
-  ref.swa_indices = masked.view();
-  const AttentionComparison e =
-      compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
-  EXPECT_EQ(e.failures, 0) << e.first_failure;
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  expect_masked_and_counted(dev, p.hp, masked, planted);
 }
 
 TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
@@ -495,19 +562,54 @@ TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
       ++planted;
     }
   }
-  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(dev.bad_count(), planted);
   // The CPU refuses those entries; with -1 in their place it is the reference.
   std::vector<double> ref_out(8 * 40 * kHeadDim), ref_lse(8 * 40);
   EXPECT_TRUE(
       testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
                                  {"params.swa_indices[0][0]: slot -2 is below -1"}));
-  SparseAttentionParams ref = p.hp;
-  ref.swa_indices = masked.view();
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+  expect_masked_and_counted(dev, p.hp, masked, planted);
+}
+
+TEST(AttentionCuda, QueryGroupsMaskAndCountOutOfRangeEntriesOncePerToken) {
+  SKIP_WITHOUT_GPU();
+  SmallProblem p(8, 9, 64);  // groups of 2 tokens x 8 heads; the last group has one token
+  p.hp.query_group_size = 2;
+  p.hp.kernel = AttentionKernel::kPrefill;  // 5 groups: only forced
+  int32_t planted = 0;
+  IndexRows masked = p.rows;
+  for (int64_t t = 0; t < 9; ++t) {
+    p.rows.lens[t] = std::max(p.rows.lens[t], 4);
+    masked.lens[t] = p.rows.lens[t];
+    for (int32_t j : {0, 3}) {  // the same bad id in both tokens of a group: counted twice
+      p.rows.data[t * 64 + j] = j == 0 ? static_cast<int32_t>(p.cache.num_slots() + 7) : -3;
+      masked.data[t * 64 + j] = -1;
+      ++planted;
+    }
+  }
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {}, /*with_workspace=*/true);
+  if (sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
+    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), dev.params().workspace_bytes)
+                  .query_group,
+              2);
+  }
+  expect_masked_and_counted(dev, p.hp, masked, planted);
+}
+
+TEST(AttentionCuda, QueryGroupsNeedTheirWorkspaceAndRunWithoutIt) {
+  SKIP_WITHOUT_GPU();
+  SmallProblem p(16, 8, 64);
+  p.hp.query_group_size = 4;
+  p.hp.kernel = AttentionKernel::kPrefill;
+  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});  // no workspace
+  if (sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
+    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), 0).query_group, 1);
+    EXPECT_GT(sparse_attention_workspace_bytes(dev.params()), 0);
+  }
+  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const AttentionComparison e =
-      compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
+      compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
@@ -864,6 +966,66 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
   d = plan(kSms, -1);
   EXPECT_FALSE(d.prefill);
   EXPECT_EQ(d.splits, 1);
+}
+
+// Query groups: the unions' workspace is [G, cap] slots and token bits and [G, 2] lens, each
+// rounded up to 16 bytes; the prefill kernel takes them, unsplit.
+TEST(AttentionPlan, QueryGroupsTakeThePrefillKernelWhenTheyFillTheSms) {
+  constexpr int kSms = 132;
+  SparseAttentionParams p;
+  p.num_heads = 8;
+  p.swa_indices.width = 128;
+  p.extra_indices.rows = 1;
+  p.extra_indices.width = 512;
+  p.query_group_size = 2;
+  auto plan = [&](int64_t tokens, int64_t workspace) {
+    p.num_tokens = tokens;
+    p.swa_indices.rows = tokens;
+    p.extra_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, kSms, workspace);
+  };
+  auto union_bytes = [](int64_t groups, int64_t cap) {
+    return 2 * ((groups * cap * 4 + 15) / 16 * 16) + (groups * 8 + 15) / 16 * 16;
+  };
+  // 600 tokens = 300 groups of 2 x 8 heads (16 rows), unions of at most 1280 entries.
+  detail::DsMlaPlan d = plan(600, -1);
+  EXPECT_EQ(d.query_group, 2);
+  EXPECT_EQ(d.group_cap, 1280);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  EXPECT_EQ(d.workspace_bytes, union_bytes(300, 1280));
+  EXPECT_EQ(plan(600, union_bytes(300, 1280)).query_group, 2);
+  d = plan(600, union_bytes(300, 1280) - 1);  // no room for the unions: no groups
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, 0);
+  // 264 tokens = 132 groups fill the SMs; 262 (131 groups) do not: the usual plan.
+  EXPECT_EQ(plan(264, -1).query_group, 2);
+  d = plan(262, -1);
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_TRUE(d.prefill);  // 262 tokens fill the SMs without splits
+  d = plan(64, -1);
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_FALSE(d.prefill);  // 64 tokens: two slices each on the decode kernel
+  // Forced: the prefill kernel takes groups at any count, the decode kernel never.
+  p.kernel = AttentionKernel::kPrefill;
+  d = plan(128, -1);
+  EXPECT_EQ(d.query_group, 2);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, union_bytes(64, 1280));
+  p.kernel = AttentionKernel::kDecode;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
+  p.kernel = AttentionKernel::kAuto;
+  // Rows past one CTA (2 x 64 heads), entries past one union CTA (8 x 640), bf16 caches: none.
+  p.num_heads = 64;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
+  p.num_heads = 8;
+  p.query_group_size = 8;
+  EXPECT_EQ(plan(2400, -1).query_group, 1);
+  p.query_group_size = 2;
+  p.swa_cache.dtype = CacheDtype::kBf16;
+  p.extra_cache.dtype = CacheDtype::kBf16;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
 }
 
 }  // namespace

@@ -311,6 +311,23 @@ TEST(AttentionCpu, HolesInsideTheLengthAreSkipped) {
   EXPECT_EQ(a.lse, b.lse);
 }
 
+TEST(AttentionCpu, QueryGroupSizeIsAHintTheReferenceIgnores) {
+  HostCache cache(CacheDtype::kFp8DsMla, 32, 2);
+  cache.put(random_rows(64, 9), iota_slots(64));
+  IndexRows rows(3, 4);
+  rows.set(0, {12, 40, 3, 63}, 4);
+  rows.set(1, {40, 3, 63, 7}, 4);
+  rows.set(2, {5, 5, -1, 9}, 3);
+  const auto q = random_q(3, 6, 10);
+  SparseAttentionParams grouped = params(3, 6, q, cache, rows);
+  grouped.query_group_size = 2;
+  const Result a = run(grouped);
+  const Result b = run(params(3, 6, q, cache, rows));
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+}
+
 TEST(AttentionCpu, GarbagePastTheLengthIsNeverRead) {
   // Past lens: slot ids far outside the cache, and keys full of NaN / huge values.
   HostCache cache(CacheDtype::kBf16, 32, 2);
@@ -467,6 +484,13 @@ TEST_F(AttentionErrors, HeadCountAndScale) {
   bad.num_tokens = -3;
   EXPECT_TRUE(
       IsInvalidArgument(sparse_attention(bad), {"params.num_tokens: expected >= 0, got -3"}));
+  for (int g : {0, -2, 9}) {
+    bad = p();
+    bad.query_group_size = g;
+    EXPECT_TRUE(
+        IsInvalidArgument(sparse_attention(bad),
+                          {"params.query_group_size: expected 1..8, got " + std::to_string(g)}));
+  }
 }
 
 TEST_F(AttentionErrors, NullBuffers) {

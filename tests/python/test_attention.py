@@ -146,6 +146,22 @@ def test_attention_kernel_choice_is_checked_and_host_arrays_have_one_path():
         sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, kernel="fast")
 
 
+def test_query_group_size_is_a_checked_hint_the_host_path_ignores():
+    rng = np.random.default_rng(10)
+    cache = new_cache(2)
+    sparse_swa.encode_kv(cache, BLOCK, rng.standard_normal((4, 512)).astype(np.float32),
+                         np.array([1, 5, 70, 9], dtype=np.int64))
+    q = to_bf16_bits(rng.standard_normal((3, 2, 512)).astype(np.float32))
+    idx = np.array([[1, 5, 70], [5, 70, 9], [9, 9, -1]], dtype=np.int32)
+    lens = np.array([3, 3, 2], dtype=np.int32)
+    out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens)
+    got_out, got_lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, query_group_size=2)
+    assert np.array_equal(got_out, out) and np.array_equal(got_lse, lse)
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match=f"^query_group_size: expected 1..8, got {bad}"):
+            sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, query_group_size=bad)
+
+
 def test_codec_and_attention_errors_name_the_field():
     cache = new_cache(1)
     rows = np.zeros((1, 512), dtype=np.float32)
