@@ -15,7 +15,9 @@
 // TFLOP/s). Prints a table; --json FILE writes the numbers.
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
-//                              [--no-split] [--kernel auto|decode|prefill]
+//                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
+// Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
+// --no-query-groups.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,6 +72,13 @@ const Scenario kScenarios[] = {
     {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
     {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
     {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
+    // MTP / DSpark steps at 8-32 heads (FlashMLA pads them to 64: its 64-head figure where
+    // measured), the call given query_group_size = the group (docs/design.md#query-groups).
+    {"mtp2_h8_64req", 128, 8, 128, 512, 64, 1.0, 2, 49.2},
+    {"mtp2_h8_256req", 512, 8, 128, 512, 64, 1.0, 2, 0.0},
+    {"mtp2_h16_256req", 512, 16, 128, 512, 64, 1.0, 2, 0.0},
+    {"mtp2_h32_256req", 512, 32, 128, 512, 64, 1.0, 2, 0.0},
+    {"mtp4_h16_256req", 1024, 16, 128, 512, 64, 1.0, 4, 0.0},
     // Prefill (bench/flashmla_bench.py times FlashMLA's on a bf16 copy of the keys).
     {"prefill_h64_t4096_bf16", 4096, 64, 128, 512, 64, 1.0, 1, 644, 32768, CacheDtype::kBf16},
     {"prefill_h64_t4096_fp8", 4096, 64, 128, 512, 64, 1.0, 1, 0, 32768},
@@ -236,6 +245,7 @@ T* upload(const std::vector<T>& v) {
 }
 
 AttentionKernel g_kernel = AttentionKernel::kAuto;  // --kernel
+bool g_query_groups = true;  // --no-query-groups: shapes with groups call without the hint
 
 const char* kernel_name(AttentionKernel k) {
   return k == AttentionKernel::kPrefill ? "prefill"
@@ -303,6 +313,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   dp.out = out;
   dp.lse = lse;
   dp.kernel = g_kernel;
+  dp.query_group_size = g_query_groups ? s.group : 1;
   if (allow_split) {
     dp.workspace_bytes = sparse_attention_workspace_bytes(dp);
     if (dp.workspace_bytes > 0) CUDA_OK(cudaMalloc(&dp.workspace, dp.workspace_bytes));
@@ -473,6 +484,8 @@ int main(int argc, char** argv) {
       filter = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-split")) {
       allow_split = false;
+    } else if (!std::strcmp(argv[i], "--no-query-groups")) {
+      g_query_groups = false;
     } else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) {
       const auto k = parse_attention_kernel(argv[++i]);
       if (!k.ok()) {
@@ -483,7 +496,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
-                   "[--filter SUBSTRING] [--no-split] [--kernel auto|decode|prefill]\n");
+                   "[--filter SUBSTRING] [--no-split] [--no-query-groups] "
+                   "[--kernel auto|decode|prefill]\n");
       return 2;
     }
   }
@@ -496,8 +510,9 @@ int main(int argc, char** argv) {
   const size_t flush_bytes = size_t{256} << 20;
   void* flush = nullptr;
   CUDA_OK(cudaMalloc(&flush, flush_bytes));
-  std::printf("device: %s, %d SMs; %d runs per shape; split %s\n", prop.name,
-              prop.multiProcessorCount, runs, allow_split ? "on" : "off");
+  std::printf("device: %s, %d SMs; %d runs per shape; split %s; query groups %s\n", prop.name,
+              prop.multiProcessorCount, runs, allow_split ? "on" : "off",
+              g_query_groups ? "on" : "off");
   std::printf("%-23s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
               "median", "min", "warm", "floor", "FlashMLA", "TFLOP/s", "host", "host_dev",
               "max_err", "kernel", "check");
