@@ -1,20 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Query groups (docs/design.md#query-groups): the union of the key lists of each group of
-// a.query_group consecutive tokens, which the decode kernel then walks once for all of them.
+// a.query_group consecutive tokens, which the prefill kernel then walks once for all of them.
 //
-// One CTA per group. Its valid entries (inside the length, 0 <= id < num_slots) become sort keys
-// (SWA slot s -> s, extra slot s -> n0 + s, so that the SWA entries come first), each with its
-// token j in the group as the value; masked and out-of-range entries become a sentinel that
-// sorts last (out-of-range ones are counted, as the kernels count them). After a stable radix sort
-// (CUB) the equal keys form runs, their tokens in order. A run with c_j entries of token j becomes
-// max_j c_j union entries, entry k carrying bit j for every token with c_j > k, so a key listed
-// twice by a token still counts twice for it. Output per group: slots [cap], token bits [cap],
-// lens (SWA entries, all entries).
+// One CTA per group. Its valid entries (inside the length, 0 <= id < num_slots) become keys (SWA
+// slot s -> s, extra slot s -> n0 + s); out-of-range ones are counted, as the kernels count them.
+// Every key goes into a shared-memory hash table that keeps, per key, its first entry in the
+// union's order (SWA entries before extra ones, tokens in turn) and the tokens that list it. The
+// union is the first entry of each key, in that order, with those tokens' bits: deterministic, and
+// each token sees each of its keys once (if a token lists some key twice, every valid entry stands
+// alone instead). Output per group: slots [cap], token bits [cap], lens (SWA entries, all).
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
+#include <mutex>
 
 #include "cuda/attention_ds_mla_layout.cuh"
 #include "cuda/cuda_utils.h"
@@ -25,27 +24,27 @@ namespace {
 constexpr int kUnionThreads = 512;
 constexpr uint32_t kNoKey = 0xffffffffu;
 
-// Entry e of the group (token e / per; in each token's part, SWA entries then extra entries):
-// where its index lives, or nullptr past its row's length (lens: [2][kMaxQueryGroup], the
-// group's clamped lens per segment).
-__device__ __forceinline__ const int32_t* entry_source(const Args& a, int64_t first, int g, int e,
+// Entry o of the group, in the union's order (the SWA entries of tokens 0..g-1 in turn, then
+// their extra entries): where its index lives, or nullptr past its row's length (lens:
+// [2][kMaxQueryGroup], the group's clamped lens per segment).
+__device__ __forceinline__ const int32_t* entry_source(const Args& a, int64_t first, int g, int o,
                                                        const int32_t (&lens)[2][kMaxQueryGroup],
                                                        bool& swa, uint32_t& token) {
-  const int w0 = a.seg0.width, w1 = a.num_segments > 1 ? a.seg1.width : 0, per = w0 + w1;
+  const int w0 = a.seg0.width, w1 = a.num_segments > 1 ? a.seg1.width : 0;
   token = 0;
-  swa = true;
-  if (e >= g * per) return nullptr;
-  const int j = e / per, r = e - j * per;
-  swa = r < w0;
-  const Segment& s = swa ? a.seg0 : a.seg1;
-  const int pos = swa ? r : r - w0;
+  swa = o < g * w0;
+  const int r = swa ? o : o - g * w0;
+  const int w = swa ? w0 : w1;
+  if (!swa && r >= g * w1) return nullptr;
+  const int j = r / w, pos = r - j * w;
   if (pos >= lens[swa ? 0 : 1][j]) return nullptr;
   token = static_cast<uint32_t>(j);
+  const Segment& s = swa ? a.seg0 : a.seg1;
   return s.indices + (first + j) * s.row_stride + pos;
 }
 
-// The sort key of an entry's index: SWA slot s -> s, extra slot s -> (SWA slots) + s; kNoKey for
-// -1 and out-of-range ids (those add to `bad`).
+// The key of an entry's index: SWA slot s -> s, extra slot s -> (SWA slots) + s, below 2^31 (the
+// plan's condition); kNoKey for -1 and out-of-range ids (those add to `bad`).
 __device__ __forceinline__ uint32_t entry_key(const Args& a, bool swa, int32_t idx, int& bad) {
   const Segment& s = swa ? a.seg0 : a.seg1;
   if (idx < 0 || static_cast<uint32_t>(idx) >= s.num_slots) {
@@ -55,32 +54,40 @@ __device__ __forceinline__ uint32_t entry_key(const Args& a, bool swa, int32_t i
   return swa ? static_cast<uint32_t>(idx) : a.seg0.num_slots + static_cast<uint32_t>(idx);
 }
 
-// kUnionItems entries per thread (blocked): the smallest of 2, 4, 8 that holds the group's.
+// kUnionItems entries per thread, consecutive in the union's order: the smallest of 2, 4, 8 that
+// holds the group's. Dynamic shared memory: a hash table of kEntries slots (keys, first
+// occurrence, token bits), 12 kEntries bytes.
 template <int kUnionItems>
 __global__ void __launch_bounds__(kUnionThreads)
-    query_group_union_kernel(const __grid_constant__ Args a, int end_bit) {
-  constexpr int kEntries = kUnionThreads * kUnionItems;
-  using Sort = cub::BlockRadixSort<uint32_t, kUnionThreads, kUnionItems, uint32_t>;
+    query_group_union_kernel(const __grid_constant__ Args a) {
+  constexpr int kEntries = kUnionThreads * kUnionItems;  // also the table's slots (a power of 2)
+  constexpr int kHashShift = 32 - __builtin_ctz(kEntries);
   using Scan = cub::BlockScan<int32_t, kUnionThreads>;
-  __shared__ union {
-    typename Sort::TempStorage sort;
-    typename Scan::TempStorage scan;
-  } tmp;
-  __shared__ uint32_t keys_s[kEntries + 1];  // sorted, then kNoKey
-  __shared__ uint8_t tokens_s[kEntries];
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t lens_s[2][kMaxQueryGroup];  // the group's lens, clamped to the widths
+  __shared__ int repeated;                       // some token lists some key twice
+  extern __shared__ uint32_t table[];
+  uint32_t* keys = table;                 // [kEntries] kNoKey = free
+  uint32_t* firsts = table + kEntries;    // [kEntries] the key's first entry in the union's order
+  uint32_t* seen = table + 2 * kEntries;  // [kEntries] bit j: token j lists the key
   const int64_t grp = blockIdx.x;
   const int64_t first = grp * a.query_group;
   const int g = static_cast<int>(min(int64_t{a.query_group}, a.num_tokens - first));
   const int tid = threadIdx.x;
-
-  __shared__ int32_t lens_s[2][kMaxQueryGroup];  // the group's lens, clamped to the widths
+  for (int i = tid; i < kEntries; i += kUnionThreads) {
+    keys[i] = kNoKey;
+    firsts[i] = kNoKey;
+    seen[i] = 0;
+  }
   if (tid < 2 * kMaxQueryGroup) {
     const int seg = tid / kMaxQueryGroup, j = tid % kMaxQueryGroup;
     const Segment& s = seg == 0 ? a.seg0 : a.seg1;
     lens_s[seg][j] =
         j < g && (seg == 0 || a.num_segments > 1) ? min(max(s.lens[first + j], 0), s.width) : 0;
   }
+  if (tid == 0) repeated = 0;
   __syncthreads();
+
   uint32_t key[kUnionItems], token[kUnionItems];
   int32_t idx[kUnionItems];
   bool swa[kUnionItems];
@@ -90,86 +97,91 @@ __global__ void __launch_bounds__(kUnionThreads)
     idx[k] = src != nullptr ? *src : -1;
   }
   int bad = 0;
+  int where[kUnionItems];  // the key's table slot, -1 for a masked entry
 #pragma unroll
   for (int k = 0; k < kUnionItems; ++k) {
     key[k] = entry_key(a, swa[k], idx[k], bad);
-    if (key[k] == kNoKey) token[k] = 0;
+    where[k] = -1;
+    if (key[k] == kNoKey) continue;
+    uint32_t h = (key[k] * 2654435761u) >> kHashShift;  // linear probing; never full
+    for (;;) {
+      const uint32_t prev = atomicCAS(&keys[h], kNoKey, key[k]);
+      if (prev == kNoKey || prev == key[k]) break;
+      h = (h + 1) & (kEntries - 1);
+    }
+    where[k] = static_cast<int>(h);
+    if ((atomicOr(&seen[h], 1u << token[k]) >> token[k]) & 1u) atomicOr(&repeated, 1);
+    atomicMin(&firsts[h], static_cast<uint32_t>(tid * kUnionItems + k));
   }
   if (bad != 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, bad);
-  Sort(tmp.sort).Sort(key, token, 0, end_bit);  // stable: a run's tokens stay in order
-#pragma unroll
-  for (int k = 0; k < kUnionItems; ++k) {
-    keys_s[tid * kUnionItems + k] = key[k];
-    tokens_s[tid * kUnionItems + k] = static_cast<uint8_t>(token[k]);
-  }
-  if (tid == 0) keys_s[kEntries] = kNoKey;
   __syncthreads();
 
-  // Union entries of the runs that start at this thread's items (a run's first item counts its
-  // tokens: runs are short but for lists that repeat one key, which cost time, never a fault).
-  int32_t entries[kUnionItems];
+  // A key's first entry stands for every token that lists it. If some token lists a key twice,
+  // every valid entry stands for itself alone instead (each token still sees each of its
+  // entries as often as it lists it; such lists are rare, and this keeps the union exact).
+  const bool merge = repeated == 0;
+  bool emits[kUnionItems];
   int32_t mine = 0;
 #pragma unroll
   for (int k = 0; k < kUnionItems; ++k) {
-    const int i = tid * kUnionItems + k;
-    entries[k] = 0;
-    if (key[k] != kNoKey && (i == 0 || keys_s[i - 1] != key[k])) {
-      int32_t count[kMaxQueryGroup] = {};
-      for (int m = i; keys_s[m] == key[k]; ++m) {
-        entries[k] = max(entries[k], ++count[tokens_s[m]]);
-      }
-    }
-    mine += entries[k];
+    emits[k] = where[k] >= 0 &&
+               (!merge || firsts[where[k]] == static_cast<uint32_t>(tid * kUnionItems + k));
+    mine += emits[k];
   }
   int32_t base = 0, total = 0;
-  Scan(tmp.scan).ExclusiveSum(mine, base, total);
+  Scan(scan).ExclusiveSum(mine, base, total);
+  // Lens: (SWA entries, all). SWA entries come first: the thread holding the first extra entry in
+  // the union's order counts them.
   int32_t* lens = a.group_lens + 2 * grp;
-  if (tid == 0) {
-    lens[0] = total;  // no extra entry: all are SWA entries
-    lens[1] = total;
+  const int first_extra = g * a.seg0.width;
+  const int entries = first_extra + (a.num_segments > 1 ? g * a.seg1.width : 0);
+  if (tid == 0) lens[1] = total;
+  if (first_extra >= entries) {
+    if (tid == 0) lens[0] = total;
+  } else if (first_extra / kUnionItems == tid) {
+    int32_t swa_entries = base;
+    for (int k = 0; k < first_extra % kUnionItems; ++k) swa_entries += emits[k];
+    lens[0] = swa_entries;
   }
-  __syncthreads();
-  const uint32_t extra_base = a.seg0.num_slots;
   int32_t* slots = a.group_slots + grp * a.group_cap;
   uint32_t* bits = a.group_tokens + grp * a.group_cap;
 #pragma unroll
   for (int k = 0; k < kUnionItems; ++k) {
-    if (entries[k] == 0) continue;
-    const int i = tid * kUnionItems + k;
-    const bool swa = key[k] < extra_base;
-    if (!swa && (i == 0 || keys_s[i - 1] < extra_base)) lens[0] = base;  // the first extra run
-    int32_t count[kMaxQueryGroup] = {};
-    for (int m = i; keys_s[m] == key[k]; ++m) ++count[tokens_s[m]];
-    for (int32_t e = 0; e < entries[k]; ++e) {
-      uint32_t b = 0;
-      for (int j = 0; j < g; ++j) b |= static_cast<uint32_t>(count[j] > e) << j;
-      slots[base + e] = static_cast<int32_t>(swa ? key[k] : key[k] - extra_base);
-      bits[base + e] = b;
-    }
-    base += entries[k];
+    if (!emits[k]) continue;
+    slots[base] = static_cast<int32_t>(swa[k] ? key[k] : key[k] - a.seg0.num_slots);
+    bits[base] = merge ? seen[where[k]] : 1u << token[k];
+    ++base;
   }
+}
+
+template <int kUnionItems>
+Status launch_union(const Args& a, cudaStream_t stream) {
+  constexpr int kSmem = 12 * kUnionThreads * kUnionItems;
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    attr_err = cudaFuncSetAttribute(query_group_union_kernel<kUnionItems>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
+  if (attr_err != cudaSuccess) {
+    return internal_error(
+        "sparse_attention: cannot reserve ", kSmem,
+        " bytes of shared memory for the query groups: ", cudaGetErrorString(attr_err));
+  }
+  query_group_union_kernel<kUnionItems>
+      <<<static_cast<unsigned>(a.key_rows), kUnionThreads, kSmem, stream>>>(a);
+  return Status::Ok();
 }
 
 }  // namespace
 
 Status launch_query_group_union(const Args& a, cudaStream_t stream) {
-  // Keys are below n0 + n1 < 2^31 (the plan's condition); kNoKey's low end_bit bits still sort
-  // last.
-  const uint64_t keys = uint64_t{a.seg0.num_slots} + (a.num_segments > 1 ? a.seg1.num_slots : 0);
-  int end_bit = 1;
-  while ((uint64_t{1} << end_bit) <= keys) ++end_bit;
   const int64_t entries =
       int64_t{a.query_group} * (a.seg0.width + (a.num_segments > 1 ? a.seg1.width : 0));
-  const auto grid = static_cast<unsigned>(a.key_rows);
-  if (entries <= 2 * kUnionThreads) {
-    query_group_union_kernel<2><<<grid, kUnionThreads, 0, stream>>>(a, end_bit);
-  } else if (entries <= 4 * kUnionThreads) {
-    query_group_union_kernel<4><<<grid, kUnionThreads, 0, stream>>>(a, end_bit);
-  } else {
-    static_assert(8 * kUnionThreads == kMaxGroupEntries);
-    query_group_union_kernel<8><<<grid, kUnionThreads, 0, stream>>>(a, end_bit);
-  }
-  return Status::Ok();
+  if (entries <= 2 * kUnionThreads) return launch_union<2>(a, stream);
+  if (entries <= 4 * kUnionThreads) return launch_union<4>(a, stream);
+  static_assert(8 * kUnionThreads == kMaxGroupEntries);
+  return launch_union<8>(a, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,20 +108,33 @@ void fill_rows(IndexRows* r, int64_t num_slots, std::mt19937* rng) {
   }
 }
 
-// Query groups of g rows (MTP / DSpark): each row after a group's first takes most of its entries
-// from the row before, one place on (a window that moves, a top-k that overlaps), where the row
-// before has a valid entry there; some entries repeat their neighbour (a key listed twice).
-void share_within_groups(IndexRows* r, int32_t g, std::mt19937* rng) {
+// Query groups of g rows (MTP / DSpark), over fill_rows' lens and garbage: a group's first row
+// draws distinct slots (5% -1 holes); each later row takes most of its entries from the row
+// before, one place on (a window that moves, a top-k that overlaps), where that row has a valid
+// entry there, else fresh slots of the group's draw. No row repeats a slot, but in every third
+// group, where some entries repeat their neighbour (a key listed twice by one token).
+void share_within_groups(IndexRows* r, int64_t num_slots, int32_t g, std::mt19937* rng) {
+  std::vector<int32_t> perm(num_slots - kPoisonSlots);
+  std::iota(perm.begin(), perm.end(), kPoisonSlots);
+  size_t next = perm.size();
   for (int64_t t = 0; t < r->rows; ++t) {
-    if (t % g == 0) continue;
+    if (t % g == 0) {  // a new group: a new draw
+      std::shuffle(perm.begin(), perm.end(), *rng);
+      next = 0;
+    }
+    const bool repeats = (t / g) % 3 == 0;
     const int32_t* prev = r->data.data() + (t - 1) * r->stride;
     int32_t* row = r->data.data() + t * r->stride;
     for (int32_t j = 0; j < r->lens[t]; ++j) {
-      const uint32_t pick = (*rng)() % 16;
-      if (pick < 12 && j + 1 < r->lens[t - 1]) {
-        row[j] = prev[j + 1];
-      } else if (pick == 12 && j > 0) {
+      const uint32_t pick = (*rng)() % 20;
+      if (pick == 0) {
+        row[j] = -1;
+      } else if (repeats && pick == 1 && j > 0) {
         row[j] = row[j - 1];
+      } else if (t % g != 0 && pick < 16 && j + 1 < r->lens[t - 1] && prev[j + 1] >= 0) {
+        row[j] = prev[j + 1];
+      } else {
+        row[j] = next < perm.size() ? perm[next++] : -1;
       }
     }
   }
@@ -262,17 +276,18 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
   const uint32_t seed =
       static_cast<uint32_t>(s.heads * 7919 + s.width * 131 + s.extra_width * 17 + s.tokens);
   std::mt19937 rng(seed);
-  HostCache swa(s.swa_dtype, s.swa_block, 2 * s.width + 64, seed + 1);
+  // (A query group draws up to g x width distinct slots.)
+  HostCache swa(s.swa_dtype, s.swa_block, std::max(2, s.group) * s.width + 64, seed + 1);
   IndexRows swa_rows(s.tokens, s.width, s.width + (s.width % 3));  // odd strides too
   fill_rows(&swa_rows, swa.num_slots(), &rng);
   const bool has_extra = s.extra_width > 0;
   HostCache extra(s.extra_dtype, s.extra_block > 0 ? s.extra_block : 2,
-                  has_extra ? 2 * s.extra_width + 64 : 32, seed + 2);
+                  has_extra ? std::max(2, s.group) * s.extra_width + 64 : 32, seed + 2);
   IndexRows extra_rows(s.tokens, s.extra_width, s.extra_width);
   if (has_extra) fill_rows(&extra_rows, extra.num_slots(), &rng);
   if (s.group > 1) {
-    share_within_groups(&swa_rows, s.group, &rng);
-    if (has_extra) share_within_groups(&extra_rows, s.group, &rng);
+    share_within_groups(&swa_rows, swa.num_slots(), s.group, &rng);
+    if (has_extra) share_within_groups(&extra_rows, extra.num_slots(), s.group, &rng);
   }
   const std::vector<uint16_t> q = random_q(int64_t{s.tokens} * s.heads, seed + 3);
   std::vector<float> sinks(s.heads);
