@@ -89,9 +89,10 @@ struct SparseAttentionParams {
   // A hint, 1..kMaxQueryGroup: rows g k .. g k + g - 1 (g = query_group_size; the last group may
   // be shorter) are query tokens of one request whose key lists overlap (MTP and DSpark steps).
   // The CUDA backend may then load and decode each key a group shares once for all its tokens
-  // (docs/design.md#query-groups): on fp8_ds_mla caches, when g x H <= 64 and the workspace
-  // holds the groups' key lists (sparse_attention_workspace_bytes() counts them). Results are the
-  // same as without the hint within the usual tolerance; the CPU reference ignores it.
+  // (docs/design.md#query-groups): on fp8_ds_mla caches, when g x H <= 64, the groups fill the
+  // SMs and the workspace holds their key lists (sparse_attention_workspace_bytes() counts
+  // them). Results are those of the call without the hint, within the prefill kernel's tolerance
+  // (docs/design.md#attention-precision); the CPU reference ignores it.
   int32_t query_group_size = 1;
 };
 
@@ -117,8 +118,8 @@ AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params);
 // The most sparse_attention_workspace_bytes() gives for any shape without query groups on the
 // current device (the split-KV planner fills the SMs once, so the bound depends on the device
 // only): a workspace of this size serves every such call. Query groups need room for their key
-// lists as well (it grows with tokens and widths): size those calls'
-// workspace with sparse_attention_workspace_bytes(). 0 without a CUDA build or device.
+// lists as well (it grows with tokens and widths): size those calls' workspace with
+// sparse_attention_workspace_bytes(). 0 without a CUDA build or device.
 int64_t sparse_attention_max_workspace_bytes();
 
 // An owned device allocation of sparse_attention_max_workspace_bytes() on the current device,

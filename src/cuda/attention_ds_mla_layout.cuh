@@ -138,7 +138,7 @@ struct Args {
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
 // Query groups: the union of each group's key lists into a.group_slots / group_tokens /
-// group_lens (attention_query_groups.cu), one CTA per group, before the decode kernel.
+// group_lens (attention_query_groups.cu), one CTA per group, before the prefill kernel.
 constexpr int kMaxGroupEntries = 4096;  // a group's entries (query_group x both widths), at most
 Status launch_query_group_union(const Args& a, cudaStream_t stream);
 
