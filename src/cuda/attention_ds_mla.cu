@@ -463,10 +463,9 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   if (plan.query_group > 1) {
     // At the workspace's start: [G, cap] slots, [G, cap] token bits, [G, 2] lens.
     uint8_t* w = static_cast<uint8_t*>(p.workspace);
-    a.group_cap = plan.group_cap;
-    a.group_slots = reinterpret_cast<int32_t*>(w);
-    a.group_tokens = reinterpret_cast<uint32_t*>(w + align16(a.key_rows * plan.group_cap * 4));
-    a.group_lens = reinterpret_cast<int32_t*>(w + 2 * align16(a.key_rows * plan.group_cap * 4));
+    const int64_t part = align16(a.key_rows * plan.group_cap * 4);
+    a.unions = {reinterpret_cast<int32_t*>(w), reinterpret_cast<uint32_t*>(w + part),
+                reinterpret_cast<int32_t*>(w + 2 * part), plan.group_cap};
   }
   if (plan.splits > 1) {
     // [splits, T, H, 512] fp32, then [splits, T, H] (max, sum); both 16-byte aligned.

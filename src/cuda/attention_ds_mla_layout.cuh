@@ -106,6 +106,17 @@ __device__ __forceinline__ const uint8_t* slot_page(const Segment& s, uint32_t i
   return s.cache + static_cast<int64_t>(block) * s.page_stride;
 }
 
+// The query groups' key lists (docs/design.md#query-groups): one union per group, its rows of
+// `cap` entries (query_group x (SWA width + extra width)); built by query_group_union_kernel.
+struct QueryGroupUnions {
+  int32_t* slots;    // [groups, cap] slot ids, SWA entries first
+  uint32_t* tokens;  // [groups, cap] bit j: the group's token j uses the entry
+  int32_t* lens;     // [groups, 2] (SWA entries, all entries)
+  int64_t cap;
+  __host__ __device__ int32_t* slots_of(int64_t group) const { return slots + group * cap; }
+  __host__ __device__ uint32_t* tokens_of(int64_t group) const { return tokens + group * cap; }
+};
+
 struct Args {
   const uint16_t* q;   // [T, H, 512] bf16
   uint16_t* out;       // [T, H, 512] bf16
@@ -123,22 +134,19 @@ struct Args {
   int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr
   Segment seg0, seg1;
-  // Query groups (SparseAttentionParams::query_group_size, docs/design.md#query-groups): a CTA's
-  // key list is its group's union, built by query_group_union_kernel; rows r of the CTA are the
-  // group's (token r / H, head r % H). query_group = 1: a key list per token, none of these used.
+  // Query groups (SparseAttentionParams::query_group_size): a CTA's key list is its group's
+  // union; rows r of the CTA are the group's (token r / H, head r % H). query_group = 1: a key
+  // list per token, `unions` unused.
   int32_t query_group;
-  int64_t key_rows;        // T, or ceil(T / query_group) groups
-  int32_t* group_slots;    // [key_rows, group_cap] slot ids, SWA entries first
-  uint32_t* group_tokens;  // [key_rows, group_cap] bit j: the group's token j uses it
-  int32_t* group_lens;     // [key_rows, 2] (SWA entries, all entries)
-  int64_t group_cap;       // query_group x (SWA width + extra width)
+  int64_t key_rows;  // T, or ceil(T / query_group) groups
+  QueryGroupUnions unions;
 };
 // The prefill kernels, unsplit: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and on
 // bf16 caches (attention_ds_mla_prefill_bf16.cu).
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
-// Query groups: the union of each group's key lists into a.group_slots / group_tokens /
-// group_lens (attention_query_groups.cu), one CTA per group, before the prefill kernel.
+// Query groups: the union of each group's key lists into a.unions (attention_query_groups.cu),
+// one CTA per group, before the prefill kernel.
 constexpr int kMaxGroupEntries = 4096;  // a group's entries (query_group x both widths), at most
 Status launch_query_group_union(const Args& a, cudaStream_t stream);
 
@@ -217,6 +225,8 @@ struct Cta {
   uint32_t sbase;  // its shared-window address
   // Row r of the CTA as a row of the [T x H] rows of q, out and lse, and its head: t H + h0 + r,
   // or t g H + r for a query group (kernels whose layout has kQueryGroups take only those).
+  // load_q, row_out and store_rows spell the per-token row out beside row(): through row() the
+  // bf16 prefill kernel's registers spill 8 bytes instead of 4.
   __device__ __forceinline__ int64_t row(const Args& a, int r) const {
     if constexpr (L::kQueryGroups) return t * a.query_group * a.num_heads + r;
     return t * a.num_heads + h0 + r;

@@ -32,8 +32,8 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
     c.t = blockIdx.x;
     const int64_t first = c.t * a.query_group;
     c.heads = static_cast<int>(min(int64_t{a.query_group}, a.num_tokens - first)) * a.num_heads;
-    c.len0 = a.group_lens[2 * c.t];  // the union's, within group_cap
-    c.total = a.group_lens[2 * c.t + 1];
+    c.len0 = a.unions.lens[2 * c.t];  // the union's, within its cap
+    c.total = a.unions.lens[2 * c.t + 1];
   } else {
     c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
     c.t = blockIdx.x / a.groups;
@@ -51,7 +51,7 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
 template <class L>
 __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>& c, int64_t j) {
   if (j >= c.total) return -1;
-  if constexpr (L::kQueryGroups) return a.group_slots[c.t * a.group_cap + j];  // checked slots
+  if constexpr (L::kQueryGroups) return a.unions.slots_of(c.t)[j];  // checked slots
   const bool swa = j < c.len0;
   const Segment& s = swa ? a.seg0 : a.seg1;
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];

@@ -97,31 +97,24 @@ __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<L>& c, i
 template <class L>
 __device__ __forceinline__ bool publish_mask(const Args& a, const Cta<L>& c, int buf, int tid,
                                              bool valid, uint32_t tokens) {
-  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are the mask's byte w.
-  const auto byte_of = [tid](bool key_valid) {
+  // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are byte w of mask `word`.
+  const auto store_byte = [&](int word, bool key_valid) {
     const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && key_valid);
+    if ((tid & 31) != 0) return;
     uint32_t bits = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
-    return static_cast<uint8_t>(bits);
+    c.base[L::kMaskOff + 4 * (buf * L::kMaskWords + word) + (tid >> 5)] =
+        static_cast<uint8_t>(bits);
   };
   if constexpr (L::kQueryGroups) {
-    for (int t = 0; t < a.query_group; ++t) {
-      const uint8_t bits = byte_of(valid && ((tokens >> t) & 1u));
-      if ((tid & 31) == 0) c.base[L::kMaskOff + 4 * (buf * L::kMaskWords + t) + (tid >> 5)] = bits;
-    }
-    return (tid & 31) == 0;
+    for (int t = 0; t < a.query_group; ++t) store_byte(t, valid && ((tokens >> t) & 1u));
   } else {
     (void)a;
     (void)tokens;
-    const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && valid);
-    if ((tid & 31) != 0) return false;
-    uint32_t bits = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) bits |= ((lanes >> (4 * j)) & 1u) << j;
-    c.base[L::kMaskOff + 4 * buf + (tid >> 5)] = static_cast<uint8_t>(bits);
-    return true;
+    store_byte(0, valid);
   }
+  return (tid & 31) == 0;
 }
 
 // fp8_ds_mla: one producer thread's share of a key (part p = tid % 4 of key tid / 4): e4m3 chunks
@@ -164,7 +157,7 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<L>& c, int b, 
     r.scales = __ldg(reinterpret_cast<const uint2*>(
         page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
         static_cast<int64_t>(offset) * kDsMlaScaleBytes));
-    if constexpr (L::kQueryGroups) r.tokens = __ldg(a.group_tokens + c.t * a.group_cap + j);
+    if constexpr (L::kQueryGroups) r.tokens = __ldg(a.unions.tokens_of(c.t) + j);
     r.valid = true;
   } else if (part == 0 && c.h0 == 0 && a.bad_count != nullptr) {
     atomicAdd(a.bad_count, 1);

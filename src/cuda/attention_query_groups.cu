@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kUnionThreads)
   Scan(scan).ExclusiveSum(mine, base, total);
   // Lens: (SWA entries, all). SWA entries come first: the thread holding the first extra entry in
   // the union's order counts them.
-  int32_t* lens = a.group_lens + 2 * grp;
+  int32_t* lens = a.unions.lens + 2 * grp;
   const int first_extra = g * a.seg0.width;
   const int entries = first_extra + (a.num_segments > 1 ? g * a.seg1.width : 0);
   if (tid == 0) lens[1] = total;
@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(kUnionThreads)
     for (int k = 0; k < first_extra % kUnionItems; ++k) swa_entries += emits[k];
     lens[0] = swa_entries;
   }
-  int32_t* slots = a.group_slots + grp * a.group_cap;
-  uint32_t* bits = a.group_tokens + grp * a.group_cap;
+  int32_t* slots = a.unions.slots_of(grp);
+  uint32_t* bits = a.unions.tokens_of(grp);
 #pragma unroll
   for (int k = 0; k < kUnionItems; ++k) {
     if (!emits[k]) continue;
