@@ -38,8 +38,9 @@ inline constexpr int32_t kMaxQueryGroup = 8;  // tokens per query group (query_g
 inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.5
 
 // Which CUDA kernel runs a call (docs/design.md#attention-kernels): kAuto chooses from the shapes;
-// kDecode (split-KV, for few tokens) and kPrefill (for many tokens with many keys each) force one,
-// for tests and measurements. Forcing a kernel that cannot take the call is an error.
+// kDecode (split-KV slices of one 32-key tile, for one or a few tokens) and kPrefill (slices of
+// 64-key pairs, or whole lists) force one, for tests and measurements; both split the keys when
+// the plan does. Forcing a kernel that cannot take the call is an error.
 enum class AttentionKernel : int32_t { kAuto = 0, kDecode = 1, kPrefill = 2 };
 
 // "auto", "decode", "prefill": the spelling the CLI tools and Python use for params.kernel.

@@ -2,8 +2,9 @@
 // Sparse MLA attention on the tensor cores for fp8_ds_mla or bf16 caches, sm_90a only (the
 // semantics are include/sparse_swa/attention.h's, the CPU reference
 // src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels): the plan and
-// launcher of the kernels, and the decode kernel, which takes the split plans (the prefill
-// kernels, attention_ds_mla_prefill_fp8.cu and attention_ds_mla_prefill_bf16.cu, the others).
+// launcher of the kernels, the merge of split-KV slices, and the decode kernel, which takes the
+// split plans of one or a few tokens (the prefill kernels, attention_ds_mla_prefill_fp8.cu and
+// attention_ds_mla_prefill_bf16.cu, the others).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
@@ -381,8 +382,8 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   const int64_t ctas = p.num_tokens * plan.groups;
   const int64_t max_keys =
       int64_t{p.swa_indices.width} + (p.extra_indices.rows != 0 ? p.extra_indices.width : 0);
-  // The prefill kernel takes every call the decode kernel would not split (it measured faster
-  // unsplit at every shape of the attention benchmark: bench/README.md#variant-log, run 34).
+  // The prefill kernel takes every unsplit call (it measured faster unsplit at every shape of the
+  // attention benchmark: bench/README.md#variant-log, run 34) and most split ones (below).
   plan.prefill = p.kernel != AttentionKernel::kDecode;
   if (query_groups_apply(p, max_keys, num_sms)) {
     const int64_t g = p.query_group_size;
@@ -395,16 +396,23 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
     }
   }
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
-  if (p.kernel == AttentionKernel::kPrefill || ctas == 0 || ctas >= num_sms ||
-      max_tiles < kMinTilesToSplit) {
-    return plan;
-  }
-  // Fill the SMs once, each slice with at least kMinSliceTiles tiles.
-  int64_t splits = std::min<int64_t>(num_sms / ctas, max_tiles / kMinSliceTiles);
+  if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
+  // Fill the SMs once. The decode kernel's slices have kMinSliceTiles tiles or more; the prefill
+  // kernel's are whole pairs of blocks, as few slices as give the widest row's pairs the same
+  // slice size (so that no CTA of a full row idles).
+  const int64_t per_row = num_sms / ctas;
+  const int64_t pairs = (max_tiles + 1) / 2;
+  const int64_t pairs_per_slice = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
+  // Unforced, the prefill kernel takes slices of two pairs or more; the decode kernel's one-tile
+  // slices were faster where the prefill kernel's would be one pair (bench/README.md#variant-log,
+  // run 64).
+  const bool prefill = p.kernel == AttentionKernel::kAuto ? pairs_per_slice >= 2 : plan.prefill;
+  int64_t splits = prefill ? (pairs + pairs_per_slice - 1) / pairs_per_slice
+                           : std::min<int64_t>(per_row, max_tiles / kMinSliceTiles);
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
   if (workspace_bytes >= 0) splits = std::min(splits, workspace_bytes / row_bytes);
   if (splits <= 1) return plan;
-  plan.prefill = false;
+  plan.prefill = prefill;
   plan.splits = static_cast<int32_t>(splits);
   plan.workspace_bytes = splits * row_bytes;
   return plan;

@@ -17,7 +17,7 @@ struct DsMlaPlan {
   int32_t group_heads = 0;
   int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
   int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
-  bool prefill = false;  // the prefill kernel (never split), else the decode kernel
+  bool prefill = false;  // the prefill kernel (slices of whole 64-key pairs), else the decode one
   // > 1: a prefill CTA takes a query group of this many tokens (all heads) over the union of
   // their key lists (docs/design.md#query-groups), built into the workspace; never split.
   int32_t query_group = 1;
@@ -39,8 +39,9 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 // device's SM count), never from device data: query groups (prefill kernel) when they fill the
 // SMs and the workspace holds their unions; else splits only when tokens x head groups leave SMs
 // idle, and never more than the caller's workspace holds (`workspace_bytes` < 0: as many as
-// wanted, for sizing); the decode kernel runs split plans, the prefill kernel the others
-// (params.kernel can force either).
+// wanted, for sizing); the prefill kernel runs the unsplit plans and the split ones whose slices
+// get two pairs of blocks or more, the decode kernel the other split plans (params.kernel can
+// force either).
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 

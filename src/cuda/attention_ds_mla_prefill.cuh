@@ -20,11 +20,14 @@ namespace sparse_swa::detail::ds_mla {
 
 constexpr int kPrefillThreads = 384;
 
-// CTA blockIdx.x = token * groups + head group: its token, heads, the token's key total (both
-// segments' lens, clamped to their widths) and its number of `block_keys`-key blocks. With query
-// groups (L::kQueryGroups), CTA blockIdx.x = a query group, all heads of its tokens as rows, and
-// the group's union as the key list.
-template <class L>
+// CTA blockIdx.x = (token * groups + head group) * splits + split: its token, heads, and its
+// slice of the token's key list (both segments' lens, clamped to their widths). kSplit: split s
+// takes whole pairs of `block_keys`-key blocks (the kernels walk pairs), ceil(pairs / splits) of
+// them from pair s ceil(pairs / splits) on; c.tile0 is its first block, c.n its blocks and
+// c.total the end of its keys. Without kSplit (a.splits = 1) the CTA takes the whole list from
+// c.tile0 = 0. With query groups (L::kQueryGroups, never split), CTA blockIdx.x = a query group,
+// all heads of its tokens as rows, and the group's union as the key list.
+template <bool kSplit, class L>
 __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
   c.split = 0;
   if constexpr (L::kQueryGroups) {
@@ -35,19 +38,41 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
     c.len0 = a.unions.lens[2 * c.t];  // the union's, within its cap
     c.total = a.unions.lens[2 * c.t + 1];
   } else {
-    c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
-    c.t = blockIdx.x / a.groups;
+    if constexpr (kSplit) {
+      const uint32_t tg = blockIdx.x / a.splits;  // token x groups + head group
+      c.split = static_cast<int>(blockIdx.x % a.splits);
+      c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
+      c.t = tg / a.groups;
+    } else {
+      c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
+      c.t = blockIdx.x / a.groups;
+    }
     c.heads = min(kGroupHeads, a.num_heads - c.h0);
     c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
     const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
     c.total = int64_t{c.len0} + len1;
   }
   c.tile0 = 0;
-  c.n = static_cast<int32_t>((c.total + block_keys - 1) / block_keys);
+  if constexpr (kSplit) {
+    const int32_t pairs = static_cast<int32_t>((c.total + 2 * block_keys - 1) / (2 * block_keys));
+    const int32_t per_split = (pairs + a.splits - 1) / a.splits;
+    const int32_t first = min(c.split * per_split, pairs), last = min(first + per_split, pairs);
+    c.tile0 = 2 * first;
+    c.total = min(c.total, int64_t{last} * 2 * block_keys);
+    c.n = static_cast<int32_t>((c.total - int64_t{c.tile0} * block_keys + block_keys - 1) /
+                               block_keys);
+  } else {
+    c.n = static_cast<int32_t>((c.total + block_keys - 1) / block_keys);
+  }
+}
+
+// Key `key` of block b of the CTA's slice, as a place in the token's key list.
+__device__ __forceinline__ int64_t prefill_key(int32_t tile0, int b, int block_keys, int key) {
+  return (int64_t{tile0} + b) * block_keys + key;
 }
 
 // The index entry of key j of the token's list (both segments as one list, SWA entries first),
-// or -1 past the token's total (so also in the all-masked block an odd block count ends on).
+// or -1 past the slice's end (so also in the all-masked block an odd block count ends on).
 template <class L>
 __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>& c, int64_t j) {
   if (j >= c.total) return -1;
@@ -84,8 +109,8 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
   write_rows(a, c, o, w, row, lane, 128 * w + tid);
 }
 
-// Launches kKernel over key rows (tokens, or query groups) x head groups with `smem` bytes of
-// dynamic shared memory (reserved once per kernel).
+// Launches kKernel over key rows (tokens, or query groups) x head groups x splits with `smem`
+// bytes of dynamic shared memory (reserved once per kernel).
 template <auto kKernel>
 Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
   static std::once_flag once;
@@ -98,7 +123,8 @@ Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot reserve ", smem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
-  kKernel<<<static_cast<unsigned>(a.key_rows * a.groups), kPrefillThreads, smem, stream>>>(a);
+  kKernel<<<static_cast<unsigned>(a.key_rows * a.groups * a.splits), kPrefillThreads, smem,
+            stream>>>(a);
   return Status::Ok();
 }
 

@@ -76,7 +76,7 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half
 
 // The index entry of key `key` of block b, or -1.
 __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
-  return prefill_key_index(a, c, int64_t{b} * kKeys + key);
+  return prefill_key_index(a, c, prefill_key(c.tile0, b, kKeys, key));
 }
 
 // The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
@@ -84,7 +84,7 @@ __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, in
 __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& c, int b, int key,
                                                   int32_t idx, bool counter) {
   if (idx == -1) return nullptr;
-  const int64_t j = int64_t{b} * kKeys + key;
+  const int64_t j = prefill_key(c.tile0, b, kKeys, key);
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
     uint32_t offset;
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<BL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta(a, c, kKeys);
+  start_prefill_cta<true>(a, c, kKeys);
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int h = 0; h < 2; ++h) {

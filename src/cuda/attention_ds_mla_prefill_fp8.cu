@@ -61,10 +61,12 @@ struct PrefillBuffers {
 };
 using PL = PrefillBuffers;
 // kGroups: the CTA takes a query group's union (docs/design.md#query-groups), with a valid-key
-// mask per token of the group.
-template <bool kGroups>
+// mask per token of the group. kSplit: the CTA takes a slice of its key list (its blocks from
+// c.tile0 on); unsplit, block b is block b of the list.
+template <bool kGroups, bool kSplit>
 struct PrefillLayout : PrefillBuffers {
   static constexpr bool kQueryGroups = kGroups;
+  static constexpr bool kSplitKeys = kSplit;
   static constexpr int kMaskWords = kGroups ? kMaxQueryGroup : 1;       // [4][kMaskWords] uint32
   static constexpr int kBarOff = kMaskOff + 4 * kBuffers * kMaskWords;  // ready[4], free[4]
   static constexpr size_t kSmem = kBarOff + 2 * kBuffers * 8 + 1024;    // + alignment slack
@@ -85,9 +87,14 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<L>& c, int b) {
 
 // ---- producer: four threads per key ----
 
-// The index entry of key `key` of block b, or -1.
+// The index entry of key `key` of block b (of the CTA's slice, from block c.tile0 on), or -1.
+// (Unsplit, the place is spelled without c.tile0: through a shared helper ptxas laid the unsplit
+// kernel out differently, ~1.5 % slower; bench/README.md#variant-log, run 64.)
 template <class L>
 __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<L>& c, int b, int key) {
+  if constexpr (L::kSplitKeys) {
+    return prefill_key_index(a, c, (int64_t{c.tile0} + b) * kBlockKeys + key);
+  }
   return prefill_key_index(a, c, int64_t{b} * kBlockKeys + key);
 }
 
@@ -140,7 +147,8 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<L>& c, int b, 
   const int key = tid >> 2, part = tid & 3;
   r.valid = false;
   if (idx == -1) return;
-  const int64_t j = int64_t{b} * kBlockKeys + key;
+  int64_t j = int64_t{b} * kBlockKeys + key;
+  if constexpr (L::kSplitKeys) j += int64_t{c.tile0} * kBlockKeys;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
     uint32_t offset;
@@ -435,16 +443,16 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
   finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
 }
 
-template <bool kGroups>
+template <bool kGroups, bool kSplit>
 __global__ void __launch_bounds__(kPrefillThreads, 1)
     ds_mla_prefill_fp8_kernel(const __grid_constant__ Args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = PrefillLayout<kGroups>;
+  using L = PrefillLayout<kGroups, kSplit>;
   extern __shared__ uint8_t smem_raw[];
   Cta<L> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta(a, c, kBlockKeys);
+  start_prefill_cta<kSplit>(a, c, kBlockKeys);
   if (tid == 0) {
     for (int b = 0; b < kBuffers; ++b) {
       ptx::mbar_init(ready_bar(c, b), 128);
@@ -476,12 +484,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 }  // namespace
 
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream) {
-  if (a.query_group > 1) {
-    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<true>>(a, PrefillLayout<true>::kSmem,
-                                                                stream);
+  if (a.query_group > 1) {  // never split
+    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<true, false>>(
+        a, PrefillLayout<true, false>::kSmem, stream);
   }
-  return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false>>(a, PrefillLayout<false>::kSmem,
-                                                               stream);
+  if (a.splits > 1) {
+    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false, true>>(
+        a, PrefillLayout<false, true>::kSmem, stream);
+  }
+  return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false, false>>(
+      a, PrefillLayout<false, false>::kSmem, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

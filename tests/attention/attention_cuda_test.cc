@@ -379,17 +379,27 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
 // merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
 // row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
+// Unforced, 16 and 20 tokens x 64 heads and 4 x 128 take the prefill kernel's slices of pairs,
+// the others the decode kernel's slices of tiles; each kernel forced takes them all.
+std::vector<Shape> split_shapes(AttentionKernel kernel) {
+  std::vector<Shape> shapes = {Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
+                               Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
+                               Shape{128, 128, 1024, 256, 64, 4, kDs, kDs, true, true},
+                               Shape{8, 63, 300, 64, 2, 8, kDs, kDs, false, true},
+                               Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
+                               Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
+                               Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
+                               Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
+                               Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}};
+  for (Shape& s : shapes) s.kernel = kernel;
+  return shapes;
+}
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
-                         ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
-                                           Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
-                                           Shape{128, 128, 1024, 256, 64, 4, kDs, kDs, true, true},
-                                           Shape{8, 63, 300, 64, 2, 8, kDs, kDs, false, true},
-                                           Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
-                                           Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
-                                           Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
-                                           Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
-                                           Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}),
-                         shape_name);
+                         ::testing::ValuesIn(split_shapes(AttentionKernel::kAuto)), shape_name);
+INSTANTIATE_TEST_SUITE_P(SplitPrefillKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_shapes(AttentionKernel::kPrefill)), shape_name);
+INSTANTIATE_TEST_SUITE_P(SplitDecodeKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_shapes(AttentionKernel::kDecode)), shape_name);
 
 // Prefill-like batches (many query tokens, each with its own keys) on both cache dtypes the
 // tensor-core kernel reads: bf16 rows copied straight into its K stages, fp8_ds_mla decoded;
@@ -407,13 +417,22 @@ INSTANTIATE_TEST_SUITE_P(PrefillShapes, AttentionCudaVsCpu,
                                            Shape{100, 63, 1, 256, 2, 64, kDs, kDs, false}),
                          shape_name);
 
-// bf16 caches with a workspace: split and merged like fp8_ds_mla.
+// bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.
+std::vector<Shape> split_bf16_shapes(AttentionKernel kernel) {
+  std::vector<Shape> shapes = {Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
+                               Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
+                               Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
+                               Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true},
+                               Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true},
+                               Shape{16, 128, 512, 64, 64, 32, kBf, kBf, true, true}};
+  for (Shape& s : shapes) s.kernel = kernel;
+  return shapes;
+}
 INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
-                         ::testing::Values(Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
-                                           Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
-                                           Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
-                                           Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true},
-                                           Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true}),
+                         ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kAuto)),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(SplitBf16PrefillKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kPrefill)),
                          shape_name);
 
 // The prefill kernels, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too),
@@ -861,7 +880,7 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   HostCache bf(kBf, 64, 256, 7);
-  IndexRows many(sms, 640, 640), few(4, 640, 640), narrow(4, 63, 63);
+  IndexRows many(sms, 640, 640), half(sms / 2, 640, 640), few(4, 640, 640), narrow(4, 63, 63);
   std::vector<uint16_t> q = random_q(int64_t{sms} * 64, 8);
   SparseAttentionParams p;
   p.num_heads = 64;
@@ -885,7 +904,9 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   for (const CacheDtype dtype : {kBf, kDs}) {
     // Tokens x head groups that fill the SMs: never split, the prefill kernel.
     EXPECT_EQ(kernel_for(many, dtype, kAuto, true), kPre);
-    // A small batch of long rows splits with a workspace (the decode kernel), not without one.
+    // Small batches of long rows split with a workspace, not without one: over the prefill
+    // kernel where its slices get two pairs of blocks or more, else over the decode kernel.
+    EXPECT_EQ(kernel_for(half, dtype, kAuto, true), kPre);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, true), kDec);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, false), kPre);
     EXPECT_EQ(kernel_for(narrow, dtype, kAuto, true), kPre);  // too few keys to split
@@ -924,7 +945,7 @@ TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
 
 // The plan of the tensor-core kernels is host arithmetic on shapes: checked here without a device
 // (docs/design.md#attention-kernels). A partial row is 512 fp32 + (max, sum) = 2056 bytes.
-TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKernel) {
+TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   constexpr int kSms = 132;
   constexpr int64_t kRow = 2056;
   SparseAttentionParams p;
@@ -935,13 +956,21 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
     p.swa_indices.rows = tokens;
     return detail::plan_ds_mla_attention(p, kSms, workspace);
   };
-  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs, 20 slices of 1 tile at most.
+  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs: the prefill kernel's slices would
+  // be one pair of blocks, so the decode kernel takes 20 slices of 1 tile.
   detail::DsMlaPlan d = plan(4, -1);
   EXPECT_FALSE(d.prefill);
   EXPECT_EQ(d.groups, 1);
   EXPECT_EQ(d.splits, 20);
   EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
   EXPECT_EQ(plan(8, -1).splits, 16);  // 132 / 8 SMs per token
+  // 16 tokens: 8 CTAs per token, the prefill kernel's 10 pairs in 5 slices of 2; 64 tokens: 2.
+  d = plan(16, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.workspace_bytes, 5 * 16 * 64 * kRow);
+  EXPECT_TRUE(plan(64, -1).prefill);
+  EXPECT_EQ(plan(64, -1).splits, 2);
   // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
   d = plan(4, 3 * 4 * 64 * kRow + 100);
   EXPECT_FALSE(d.prefill);
@@ -960,7 +989,7 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
   EXPECT_TRUE(plan(66, -1).prefill);
   EXPECT_EQ(plan(66, -1).groups, 2);
   EXPECT_TRUE(plan(65, -1).prefill);
-  EXPECT_FALSE(plan(33, -1).prefill);  // 66 CTAs: 2 slices each
+  EXPECT_TRUE(plan(33, -1).prefill);  // 66 CTAs: 2 slices of 5 pairs each
   EXPECT_EQ(plan(33, -1).splits, 2);
   p.num_heads = 64;
   // Fewer than 8 tiles (SWA 128 + extra 96 = 224 keys, 7 tiles): never split.
@@ -971,12 +1000,16 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsAndSendsTheRestToThePrefillKerne
   p.extra_indices.width = 129;  // 257 keys: 9 tiles, 9 slices of one
   EXPECT_FALSE(plan(1, -1).prefill);
   EXPECT_EQ(plan(1, -1).splits, 9);
-  EXPECT_EQ(plan(16, -1).splits, 8);  // 132 / 16 SMs per token
-  // Forced kernels.
+  EXPECT_EQ(plan(16, -1).splits, 8);  // 132 / 16 SMs per token (5 pairs: one per slice)
+  // Forced kernels: the prefill kernel splits into single pairs too.
   p.kernel = AttentionKernel::kPrefill;
   d = plan(1, -1);
   EXPECT_TRUE(d.prefill);
-  EXPECT_EQ(d.workspace_bytes, 0);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.workspace_bytes, 5 * 64 * kRow);
+  d = plan(1, 0);  // no workspace: unsplit
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
   p.kernel = AttentionKernel::kDecode;
   d = plan(kSms, -1);
   EXPECT_FALSE(d.prefill);
@@ -1021,7 +1054,8 @@ TEST(AttentionPlan, QueryGroupsTakeThePrefillKernelWhenTheyFillTheSms) {
   EXPECT_TRUE(d.prefill);  // 262 tokens fill the SMs without splits
   d = plan(64, -1);
   EXPECT_EQ(d.query_group, 1);
-  EXPECT_FALSE(d.prefill);  // 64 tokens: two slices each on the decode kernel
+  EXPECT_TRUE(d.prefill);  // 64 tokens: two slices each, no groups
+  EXPECT_EQ(d.splits, 2);
   // Forced: the prefill kernel takes groups at any count, the decode kernel never.
   p.kernel = AttentionKernel::kPrefill;
   d = plan(128, -1);
