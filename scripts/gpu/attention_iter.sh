@@ -85,17 +85,19 @@ if has ncusrc; then
 fi
 if has sanitize; then
   # The tensor-core kernel's paths (split and merge on both kernels, masking, lens, graph replay,
-  # small heads, page size 2, both cache kinds, query groups) under each tool; racecheck on the
-  # smaller cases (it runs far slower).
+  # small heads, page size 2, both cache kinds, query groups, two head groups) under each tool;
+  # racecheck on the smaller cases (it runs far slower).
   for tool in memcheck initcheck racecheck; do
     filter='SplitShapes/*:SplitBf16Shapes/*:PrefillShapes/*H8*:PrefillShapes/*H1_*:AttentionCuda.*'
     filter+=':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:PrefillKernelShapes/*H8_*'
     filter+=':DecodeKernelShapes/*H1_*:DecodeKernelShapes/*H8_*:DecodeKernelShapes/*H3_*'
     filter+=':GroupShapes/*:SplitPrefillKernelShapes/*:SplitBf16PrefillKernelShapes/*'
+    filter+=':PrefillKernelShapes/*H100_*:PrefillKernelShapes/*H128_*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:GroupShapes/*H3_*:GroupShapes/*H1_*'\
-':SplitPrefillKernelShapes/*H8*:SplitPrefillKernelShapes/*H3*:SplitBf16PrefillKernelShapes/*H8*'
+':SplitPrefillKernelShapes/*H8*:SplitPrefillKernelShapes/*H3*:SplitBf16PrefillKernelShapes/*H8*'\
+':PrefillKernelShapes/*H128_W1_*'
     # SANITIZE_FILTER replaces the filter for every tool.
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1

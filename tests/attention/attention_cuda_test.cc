@@ -381,18 +381,23 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
 // row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
 // Unforced, 16 and 20 tokens x 64 heads and 4 x 128 take the prefill kernel's slices of pairs,
 // the others the decode kernel's slices of tiles; each kernel forced takes them all.
-std::vector<Shape> split_shapes(AttentionKernel kernel) {
-  std::vector<Shape> shapes = {Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
-                               Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
-                               Shape{128, 128, 1024, 256, 64, 4, kDs, kDs, true, true},
-                               Shape{8, 63, 300, 64, 2, 8, kDs, kDs, false, true},
-                               Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
-                               Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
-                               Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
-                               Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
-                               Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}};
+// `shapes`, each with params.kernel = `kernel`.
+std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel) {
   for (Shape& s : shapes) s.kernel = kernel;
   return shapes;
+}
+
+std::vector<Shape> split_shapes(AttentionKernel kernel) {
+  return with_kernel({Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
+                      Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
+                      Shape{128, 128, 1024, 256, 64, 4, kDs, kDs, true, true},
+                      Shape{8, 63, 300, 64, 2, 8, kDs, kDs, false, true},
+                      Shape{20, 1152, 0, 64, 0, 3, kDs, kDs, true, true},
+                      Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
+                      Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
+                      Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
+                      Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}},
+                     kernel);
 }
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_shapes(AttentionKernel::kAuto)), shape_name);
@@ -419,14 +424,13 @@ INSTANTIATE_TEST_SUITE_P(PrefillShapes, AttentionCudaVsCpu,
 
 // bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.
 std::vector<Shape> split_bf16_shapes(AttentionKernel kernel) {
-  std::vector<Shape> shapes = {Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
-                               Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
-                               Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
-                               Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true},
-                               Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true},
-                               Shape{16, 128, 512, 64, 64, 32, kBf, kBf, true, true}};
-  for (Shape& s : shapes) s.kernel = kernel;
-  return shapes;
+  return with_kernel({Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
+                      Shape{128, 128, 1024, 64, 2, 3, kBf, kBf, false, true},
+                      Shape{20, 1152, 0, 2, 0, 2, kBf, kBf, true, true},
+                      Shape{8, 63, 300, 64, 256, 8, kBf, kBf, false, true},
+                      Shape{100, 1152, 0, 64, 0, 12, kBf, kBf, false, true},
+                      Shape{16, 128, 512, 64, 64, 32, kBf, kBf, true, true}},
+                     kernel);
 }
 INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kAuto)),
@@ -557,52 +561,72 @@ void expect_masked_and_counted(DeviceProblem& dev, const SparseAttentionParams& 
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
+// Each entry is counted once however many head groups read it: 40 heads (one group) and 100
+// (two); entries in both 16-key halves of the first block.
 TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
   SKIP_WITHOUT_GPU();
-  SmallProblem p(40, 8, 64);  // 40 heads: three head groups, each entry counted once
-  int32_t planted = 0;
-  IndexRows masked = p.rows;
-  for (int64_t t = 0; t < 8; ++t) {
-    p.rows.lens[t] = std::max(p.rows.lens[t], 3);
-    masked.lens[t] = p.rows.lens[t];
-    for (int32_t j : {0, 2}) {
-      p.rows.data[t * 64 + j] = static_cast<int32_t>(p.cache.num_slots() + 1000 * t + j);
-      masked.data[t * 64 + j] = -1;
-      ++planted;
+  for (const int32_t heads : {40, 100}) {
+    SCOPED_TRACE(heads);
+    SmallProblem p(heads, 8, 64);
+    int32_t planted = 0;
+    IndexRows masked = p.rows;
+    for (int64_t t = 0; t < 8; ++t) {
+      p.rows.lens[t] = std::max(p.rows.lens[t], 18);
+      masked.lens[t] = p.rows.lens[t];
+      for (int32_t j = 0; j < 18; ++j) {  // fill_rows leaves garbage past its lens
+        int32_t& e = p.rows.data[t * 64 + j];
+        if (e != -1 && (e < kPoisonSlots || e >= p.cache.num_slots())) {
+          e = masked.data[t * 64 + j] = kPoisonSlots + j;
+        }
+      }
+      for (int32_t j : {0, 2, 17}) {
+        p.rows.data[t * 64 + j] = static_cast<int32_t>(p.cache.num_slots() + 1000 * t + j);
+        masked.data[t * 64 + j] = -1;
+        ++planted;
+      }
     }
+    // The CPU refuses those entries; with -1 in their place it is the reference.
+    std::vector<double> ref_out(8 * heads * kHeadDim), ref_lse(8 * heads);
+    EXPECT_TRUE(
+        testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
+                                   {"params.swa_indices[0][0]: slot", "is outside the cache"}));
+    DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+    expect_masked_and_counted(dev, p.hp, masked, planted);
   }
-  // The CPU refuses those entries; with -1 in their place it is the reference.
-  std::vector<double> ref_out(8 * 40 * kHeadDim), ref_lse(8 * 40);
-  EXPECT_TRUE(
-      testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
-                                 {"params.swa_indices[0][0]: slot", "is outside the cache"}));
-  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  expect_masked_and_counted(dev, p.hp, masked, planted);
 }
 
 TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
   SKIP_WITHOUT_GPU();
-  SmallProblem p(40, 8, 64);  // three head groups, each entry counted once
-  int32_t planted = 0;
-  IndexRows masked = p.rows;
-  for (int64_t t = 0; t < 8; ++t) {
-    p.rows.lens[t] = std::max(p.rows.lens[t], 3);
-    masked.lens[t] = p.rows.lens[t];
-    p.rows.data[t * 64 + 1] = -1;  // a hole: skipped, not counted
-    masked.data[t * 64 + 1] = -1;
-    for (int32_t j : {0, 2}) {
-      p.rows.data[t * 64 + j] = j == 0 ? -2 - static_cast<int32_t>(t) : -2147483647 - 1;
-      masked.data[t * 64 + j] = -1;
-      ++planted;
+  for (const int32_t heads : {40, 100}) {  // one head group, two
+    SCOPED_TRACE(heads);
+    SmallProblem p(heads, 8, 64);
+    int32_t planted = 0;
+    IndexRows masked = p.rows;
+    for (int64_t t = 0; t < 8; ++t) {
+      p.rows.lens[t] = std::max(p.rows.lens[t], 18);
+      masked.lens[t] = p.rows.lens[t];
+      for (int32_t j = 0; j < 18; ++j) {  // fill_rows leaves garbage past its lens
+        int32_t& e = p.rows.data[t * 64 + j];
+        if (e != -1 && (e < kPoisonSlots || e >= p.cache.num_slots())) {
+          e = masked.data[t * 64 + j] = kPoisonSlots + j;
+        }
+      }
+      p.rows.data[t * 64 + 1] = -1;  // a hole: skipped, not counted
+      masked.data[t * 64 + 1] = -1;
+      for (int32_t j : {0, 2, 17}) {
+        p.rows.data[t * 64 + j] = j == 0 ? -2 - static_cast<int32_t>(t) : -2147483647 - 1;
+        masked.data[t * 64 + j] = -1;
+        ++planted;
+      }
     }
+    // The CPU refuses those entries; with -1 in their place it is the reference.
+    std::vector<double> ref_out(8 * heads * kHeadDim), ref_lse(8 * heads);
+    EXPECT_TRUE(
+        testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
+                                   {"params.swa_indices[0][0]: slot -2 is below -1"}));
+    DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+    expect_masked_and_counted(dev, p.hp, masked, planted);
   }
-  // The CPU refuses those entries; with -1 in their place it is the reference.
-  std::vector<double> ref_out(8 * 40 * kHeadDim), ref_lse(8 * 40);
-  EXPECT_TRUE(
-      testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
-                                 {"params.swa_indices[0][0]: slot -2 is below -1"}));
-  DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-  expect_masked_and_counted(dev, p.hp, masked, planted);
 }
 
 TEST(AttentionCuda, QueryGroupsMaskAndCountOutOfRangeEntriesOncePerToken) {
