@@ -399,7 +399,9 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
   // Fill the SMs once. The decode kernel's slices have kMinSliceTiles tiles or more; the prefill
   // kernel's are whole pairs of blocks, as few slices as give the widest row's pairs the same
-  // slice size (so that no CTA of a full row idles).
+  // slice size (so that no CTA of a full row idles; counted in pairs of 32-key blocks, the
+  // fp8_ds_mla kernel's: the bf16 kernel's pairs are of 64-key blocks, so a slice of its may be
+  // empty).
   const int64_t per_row = num_sms / ctas;
   const int64_t pairs = (max_tiles + 1) / 2;
   const int64_t pairs_per_slice = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);

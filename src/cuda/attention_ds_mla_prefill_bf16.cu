@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The prefill kernel of the tensor-core attention on bf16 caches (attention_ds_mla.cu chooses it
-// for unsplit calls; docs/design.md#attention-kernels). sm_90a only; semantics and precision as
-// the fp8_ds_mla prefill kernel's (attention_ds_mla_prefill_fp8.cu): P rounded to bf16 once.
+// as for fp8_ds_mla caches; docs/design.md#attention-kernels). sm_90a only; semantics and precision
+// as the fp8_ds_mla prefill kernel's (attention_ds_mla_prefill_fp8.cu): P rounded to bf16 once.
 //
-// One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
-// 64 keys, two at a time (pair p = blocks 2p and 2p + 1), by three warpgroups:
+// One CTA = one query token x a group of up to 64 heads x its key list (or, split, a slice of
+// whole pairs: start_prefill_cta), walked in blocks of 64 keys, two at a time (pair p = blocks 2p
+// and 2p + 1), by three warpgroups:
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n64k16, Q and K in shared
 //       memory), P_w = 2^(S - max) in bf16, then O_w (dims 256 w + [0, 256) of the 64 rows) +=
 //       P_w V_w (P from registers) + P_{1-w} V_{1-w} (the other's P through shared memory).

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The prefill kernel of the tensor-core attention on fp8_ds_mla caches, for calls whose tokens
-// fill the SMs without splitting their keys (attention_ds_mla.cu chooses;
+// The prefill kernel of the tensor-core attention on fp8_ds_mla caches, for unsplit calls and
+// for split ones whose slices get two pairs of blocks or more (attention_ds_mla.cu chooses;
 // docs/design.md#attention-kernels). sm_90a only; semantics as the decode kernel's, but P is
 // rounded to bf16 once before P V (one part, not the decode kernel's two), which bounds the
 // output's extra error by 2^-9 times the weighted mean of |V|
 // (docs/design.md#attention-precision). bf16 caches have their own prefill kernel
 // (attention_ds_mla_prefill_bf16.cu).
 //
-// One CTA = one query token x a group of up to 64 heads x its whole key list, walked in blocks of
-// 32 keys, two at a time (pair p = blocks 2p and 2p + 1), by three warpgroups:
+// One CTA = one query token x a group of up to 64 heads x its key list (or, split, a slice of
+// whole pairs: start_prefill_cta), walked in blocks of 32 keys, two at a time (pair p = blocks 2p
+// and 2p + 1), by three warpgroups:
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n32k16, Q and K in shared
 //       memory); the two exchange their blocks' row maxima, so that both rescale by one running
 //       max; P_w = 2^(S - max) in bf16; then O_w (dims 256 w + [0, 256) of the 64 rows) +=
