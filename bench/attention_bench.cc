@@ -72,8 +72,9 @@ const Scenario kScenarios[] = {
     {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
     {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
     {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
-    // MTP / DSpark steps at 8-32 heads (FlashMLA pads them to 64: its 64-head figure where
-    // measured), the call given query_group_size = the group (docs/design.md#query-groups).
+    // MTP / DSpark steps at 8-32 heads (reference column: the 64-head figure where measured,
+    // bench/README.md#attention), the call given query_group_size = the group
+    // (docs/design.md#query-groups).
     {"mtp2_h8_64req", 128, 8, 128, 512, 64, 1.0, 2, 49.2},
     {"mtp2_h8_256req", 512, 8, 128, 512, 64, 1.0, 2, 0.0},
     {"mtp2_h16_256req", 512, 16, 128, 512, 64, 1.0, 2, 0.0},

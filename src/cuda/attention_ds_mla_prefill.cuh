@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/attention_ds_mla_layout.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
@@ -107,6 +108,29 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
   write_rows(a, c, o, w, row, lane, 128 * w + tid);
+}
+
+// The roles of a prefill CTA once its barriers are set up: warpgroup 2 runs `producer(t)` (t =
+// its thread, 0..127; it starts while the math warpgroups load Q), warpgroups 0 and 1 load Q and
+// run `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them.
+template <int kMathRegs, int kProducerRegs, class L, class Producer, class Math>
+__device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c, int tid,
+                                                  Producer&& producer, Math&& math) {
+  const int wg = tid >> 7;
+  if (wg == 2) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    producer(tid - 256);
+  } else {
+    ptx::setmaxnreg_inc<kMathRegs>();
+    load_q<256>(a, c, tid);  // by the 256 math threads
+    ptx::fence_proxy_async();
+    ptx::named_barrier(4, 256);
+    if (wg == 0) {
+      math(std::integral_constant<int, 0>{}, tid);
+    } else {
+      math(std::integral_constant<int, 1>{}, tid - 128);
+    }
+  }
 }
 
 // Launches kKernel over key rows (tokens, or query groups) x head groups x splits with `smem`

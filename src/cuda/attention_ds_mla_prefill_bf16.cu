@@ -431,22 +431,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     for (int i = 0; i < 4; ++i) ptx::mbar_init(handoff_bar(c, i), 128);
   }
   __syncthreads();
-  const int wg = tid >> 7;
-  if (wg == 2) {
-    // The first pair's copies start while the math warpgroups load Q.
-    ptx::setmaxnreg_dec<kProducerRegs>();
-    prefill_producer(a, c, tid - 256);
-  } else {
-    ptx::setmaxnreg_inc<kMathRegs>();
-    load_q<256>(a, c, tid);  // by the 256 math threads
-    ptx::fence_proxy_async();
-    ptx::named_barrier(4, 256);
-    if (wg == 0) {
-      prefill_math<0>(a, c, tid);
-    } else {
-      prefill_math<1>(a, c, tid - 128);
-    }
-  }
+  run_prefill_roles<kMathRegs, kProducerRegs>(
+      a, c, tid, [&](int t) { prefill_producer(a, c, t); },
+      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); });
 #else
   (void)a;  // sm_90a only
 #endif

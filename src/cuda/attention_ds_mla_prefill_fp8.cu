@@ -461,22 +461,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     }
   }
   __syncthreads();
-  const int wg = tid >> 7;
-  if (wg == 2) {
-    // The first pair's decodes start while the math warpgroups load Q.
-    ptx::setmaxnreg_dec<kProducerRegs>();
-    decode_prefill_producer(a, c, tid - 256);
-  } else {
-    ptx::setmaxnreg_inc<kMathRegs>();
-    load_q<256>(a, c, tid);  // by the 256 math threads
-    ptx::fence_proxy_async();
-    ptx::named_barrier(4, 256);
-    if (wg == 0) {
-      prefill_math<0>(a, c, tid);
-    } else {
-      prefill_math<1>(a, c, tid - 128);
-    }
-  }
+  run_prefill_roles<kMathRegs, kProducerRegs>(
+      a, c, tid, [&](int t) { decode_prefill_producer(a, c, t); },
+      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); });
 #else
   (void)a;  // sm_90a only
 #endif
