@@ -278,24 +278,18 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
   const auto own_pv = [&] {
     ptx::wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(my_v, w, h, kk));
-      }
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+      ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(my_v, w, 0, kk));
     }
     ptx::wgmma_commit();
   };
   const auto other_pv = [&] {
     ptx::wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
-                                 v_desc(other_v, w, h, kk), true);
-      }
+    for (int kk = 0; kk < 4; ++kk) {
+      ptx::wgmma_m64n256k16_bt(o[0], o[1], ptx::desc_advance(other_p, kk * 32),
+                               v_desc(other_v, w, 0, kk));
     }
     ptx::wgmma_commit();
   };

@@ -399,12 +399,9 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     const auto own_pv = [&] {  // P_w V_w, P from registers
       ptx::wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-          ptx::wgmma_m64n128k16_rs_bt(o[h], frag, v_desc(v_base_desc(my_k), w, h, kk));
-        }
+      for (int kk = 0; kk < 2; ++kk) {
+        const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(v_base_desc(my_k), w, 0, kk));
       }
       ptx::wgmma_commit();
     };
@@ -412,12 +409,9 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
       const uint64_t other_p = ptx::sw128_desc(c.sbase + PL::kPOff + (1 - w) * kPBytes);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          ptx::wgmma_m64n128k16_bt(o[h], ptx::desc_advance(other_p, kk * 32),
-                                   v_desc(v_base_desc(other_k), w, h, kk), true);
-        }
+      for (int kk = 0; kk < 2; ++kk) {
+        ptx::wgmma_m64n256k16_bt(o[0], o[1], ptx::desc_advance(other_p, kk * 32),
+                                 v_desc(v_base_desc(other_k), w, 0, kk));
       }
       ptx::wgmma_commit();
     };
