@@ -271,7 +271,7 @@ void print_profile(const unsigned long long* device_profile, int64_t ctas, bool 
   static const char* const kPrefillMath[7] = {"K wait",   "QK issue", "QK MMAs", "max",
                                               "max wait", "P + PV 1", "PV 2"};
   static const char* const kPrefillSlots[3][7] = {
-      {"free wait", "copies", "", "", "", "", ""},
+      {"free wait", "copies", "loads", "", "", "", ""},
       {kPrefillMath[0], kPrefillMath[1], kPrefillMath[2], kPrefillMath[3], kPrefillMath[4],
        kPrefillMath[5], kPrefillMath[6]},
       {kPrefillMath[0], kPrefillMath[1], kPrefillMath[2], kPrefillMath[3], kPrefillMath[4],

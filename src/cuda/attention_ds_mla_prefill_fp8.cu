@@ -222,7 +222,7 @@ __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, 
 // into its buffer; every thread arrives on ready(buf) after its stores.
 template <class L>
 __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid) {
-  RoleClock clk(a, 0);  // slots: free waits, decodes
+  RoleClock clk(a, 0);  // slots: free waits, decodes, next block's loads
   const int key = tid >> 2;
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
   RawKey<L::kQueryGroups> cur, next;
@@ -232,6 +232,7 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid)
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
     const int32_t after = block_index(a, c, b + 2, key);
     load_raw(a, c, b + 1, tid, idx, next);
+    clk.lap(2);
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
     clk.lap(0);
     store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
