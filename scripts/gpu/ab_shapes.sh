@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Alternating A/B on the GPU machine, from the repo root: each shape timed under each choice in
+# turn, ROUNDS times (one session, so clocks and L2 state drift alike for every choice):
+#   CHOICES="kernel:decode kernel:prefill" SHAPES="flash_h64_b16 ..." scripts/gpu/ab_shapes.sh
+# A choice is kernel:NAME (`--kernel NAME`), env:VAR=VALUE (that variable set) or bin:NAME
+# (.gpu-bin/var-NAME/'s benchmark, built from a patched tree; bin:head is .gpu-bin's own).
+# [ROUNDS=2] [RUNS=20] [BENCH_ARGS=...]. Prints round, choice, shape, median, min, warm.
+set -uo pipefail
+for r in $(seq "${ROUNDS:-2}"); do
+  for s in ${SHAPES:?}; do
+    for choice in ${CHOICES:?}; do
+      bench=.gpu-bin/sparse_swa_attention_bench
+      env=()
+      args=()
+      case $choice in
+        kernel:*) args=(--kernel "${choice#kernel:}") ;;
+        env:*) env=("${choice#env:}") ;;
+        bin:head) ;;
+        bin:*) bench=.gpu-bin/var-${choice#bin:}/sparse_swa_attention_bench ;;
+        *) echo "unknown choice: $choice" >&2; exit 2 ;;
+      esac
+      line=$(env "${env[@]}" timeout 60 "$bench" --only "$s" --runs "${RUNS:-20}" "${args[@]}" \
+        ${BENCH_ARGS:-} 2>&1 | grep -E "^$s +[0-9]+ ")
+      echo "round $r $choice: ${line:-FAILED}" | awk '{print $1, $2, $3, $4, $6, $7, $8}'
+    done
+  done
+done
