@@ -352,9 +352,17 @@ constexpr int64_t kMinSliceTiles = 1;
 
 int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// The query groups' part of the workspace: [G, cap] slots, [G, cap] token bits, [G, 2] lens.
+// The query groups' part of the workspace, from its start: [G, cap] slots, [G, cap] token bits,
+// [G, 2] lens, each 16-byte aligned.
+int64_t group_part_bytes(int64_t groups, int64_t cap) { return align16(groups * cap * 4); }
 int64_t group_workspace_bytes(int64_t groups, int64_t cap) {
-  return 2 * align16(groups * cap * 4) + align16(groups * 2 * 4);
+  return 2 * group_part_bytes(groups, cap) + align16(groups * 2 * 4);
+}
+QueryGroupUnions group_unions(void* workspace, int64_t groups, int64_t cap) {
+  uint8_t* w = static_cast<uint8_t*>(workspace);
+  const int64_t part = group_part_bytes(groups, cap);
+  return {reinterpret_cast<int32_t*>(w), reinterpret_cast<uint32_t*>(w + part),
+          reinterpret_cast<int32_t*>(w + 2 * part), cap};
 }
 
 // Query groups (docs/design.md#query-groups) go to the fp8_ds_mla prefill kernel when a group's
@@ -470,13 +478,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.ablate = ablate;
   a.seg0 = segment(p.swa_indices, p.swa_cache);
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
-  if (plan.query_group > 1) {
-    // At the workspace's start: [G, cap] slots, [G, cap] token bits, [G, 2] lens.
-    uint8_t* w = static_cast<uint8_t*>(p.workspace);
-    const int64_t part = align16(a.key_rows * plan.group_cap * 4);
-    a.unions = {reinterpret_cast<int32_t*>(w), reinterpret_cast<uint32_t*>(w + part),
-                reinterpret_cast<int32_t*>(w + 2 * part), plan.group_cap};
-  }
+  if (plan.query_group > 1) a.unions = group_unions(p.workspace, a.key_rows, plan.group_cap);
   if (plan.splits > 1) {
     // [splits, T, H, 512] fp32, then [splits, T, H] (max, sum); both 16-byte aligned.
     a.partial_o = static_cast<float*>(p.workspace);

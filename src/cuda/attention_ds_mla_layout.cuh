@@ -141,8 +141,8 @@ struct Args {
   int64_t key_rows;  // T, or ceil(T / query_group) groups
   QueryGroupUnions unions;
 };
-// The prefill kernels, unsplit: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and on
-// bf16 caches (attention_ds_mla_prefill_bf16.cu).
+// The prefill kernels, split or not: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and
+// on bf16 caches (attention_ds_mla_prefill_bf16.cu).
 Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
 // Query groups: the union of each group's key lists into a.unions (attention_query_groups.cu),

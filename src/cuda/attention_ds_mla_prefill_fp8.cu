@@ -101,9 +101,9 @@ __device__ __forceinline__ int32_t block_index(const Args& a, const Cta<L>& c, i
 
 // Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
 // buf's mask (of each token's mask, for a query group: a key is valid for the tokens whose bits
-// it carries); returns true in the lane that stored it.
+// it carries).
 template <class L>
-__device__ __forceinline__ bool publish_mask(const Args& a, const Cta<L>& c, int buf, int tid,
+__device__ __forceinline__ void publish_mask(const Args& a, const Cta<L>& c, int buf, int tid,
                                              bool valid, uint32_t tokens) {
   // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are byte w of mask `word`.
   const auto store_byte = [&](int word, bool key_valid) {
@@ -122,7 +122,6 @@ __device__ __forceinline__ bool publish_mask(const Args& a, const Cta<L>& c, int
     (void)tokens;
     store_byte(0, valid);
   }
-  return (tid & 31) == 0;
 }
 
 // fp8_ds_mla: one producer thread's share of a key (part p = tid % 4 of key tid / 4): e4m3 chunks

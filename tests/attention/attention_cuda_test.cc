@@ -375,18 +375,18 @@ INSTANTIATE_TEST_SUITE_P(SampledShapes, AttentionCudaVsCpu,
                                            Shape{64, 1, 1024, 64, 2, 64, kDs, kDs, true}),
                          shape_name);
 
-// Small batches with a workspace: the keys of each token are split over several CTAs and merged
-// (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
-// merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
-// row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
-// Unforced, 16 and 20 tokens x 64 heads and 4 x 128 take the prefill kernel's slices of pairs,
-// the others the decode kernel's slices of tiles; each kernel forced takes them all.
 // `shapes`, each with params.kernel = `kernel`.
 std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel) {
   for (Shape& s : shapes) s.kernel = kernel;
   return shapes;
 }
 
+// Small batches with a workspace: the keys of each token are split over several CTAs and merged
+// (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
+// merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
+// row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
+// Unforced, 16 and 20 tokens x 64 heads and 4 x 128 take the prefill kernel's slices of pairs,
+// the others the decode kernel's slices of tiles; each kernel forced takes them all.
 std::vector<Shape> split_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                       Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
