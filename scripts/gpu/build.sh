@@ -9,10 +9,11 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE
   -DSPARSE_SWA_PYTHON=OFF -DSPARSE_SWA_TEST_DATA_DIR=tests/data \
   -DSPARSE_SWA_EXAMPLES_DIR=examples/batches >/dev/null
 cmake --build build-gpu -j "$(nproc)" --target sparse_swa_tests sparse-swa sparse_swa_cuda_launch_probe \
-  sparse_swa_attention_bench sparse_swa_soak
+  sparse_swa_attention_bench sparse_swa_soak sparse_swa_gather_bench
 rm -rf .gpu-bin && mkdir .gpu-bin
 cp build-gpu/tests/sparse_swa_tests build-gpu/sparse-swa build-gpu/bench/sparse_swa_cuda_launch_probe \
-  build-gpu/bench/sparse_swa_attention_bench build-gpu/tests/sparse_swa_soak .gpu-bin/
+  build-gpu/bench/sparse_swa_attention_bench build-gpu/tests/sparse_swa_soak \
+  build-gpu/bench/sparse_swa_gather_bench .gpu-bin/
 strip .gpu-bin/*
 rm -rf .shared && cp -r ../shared .shared && chmod -R u+w .shared
 du -sh .gpu-bin .shared
