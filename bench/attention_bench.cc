@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_check.h"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
 
@@ -227,15 +228,6 @@ Problem make_problem(const Scenario& s, uint32_t seed) {
   for (int32_t h = 0; h < s.heads; ++h) p.sinks[h] = 0.25f * (h % 9) - 1.0f;
   return p;
 }
-
-#define CUDA_OK(x)                                                                             \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 template <typename T>
 T* upload(const std::vector<T>& v) {

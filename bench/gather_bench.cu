@@ -18,20 +18,13 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.h"
+
 namespace {
 
 constexpr int kRowBytes = 576, kScaleBytes = 8, kPageSlots = 64;
 constexpr int64_t kPageBytes = int64_t{kPageSlots} * (kRowBytes + kScaleBytes);
 constexpr int kBlockKeys = 32;
-
-#define CUDA_OK(call)                                                                 \
-  do {                                                                                \
-    const cudaError_t e = (call);                                                     \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 // slots: [gridDim.x * W, blocks, 32] slot ids; out: [gridDim.x * 128 W] folded words; cycles:
 // [gridDim.x * W] clock cycles of each group's loop.

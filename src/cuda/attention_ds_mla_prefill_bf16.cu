@@ -192,9 +192,9 @@ __device__ __forceinline__ void qk_half(float (&s)[32], uint64_t q_desc, uint64_
   }
 }
 
-// V descriptor of buffer `v0`: keys 16 kk + [0, 16) x dims 256 w + 128 h + [0, 128).
-__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int h, int kk) {
-  return ptx::desc_advance(v0, (4 * w + 2 * h) * BL::kColBlock + kk * 2048);
+// V descriptor of buffer `v0`: keys 16 kk + [0, 16) x dims 256 w + [0, 256).
+__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int kk) {
+  return ptx::desc_advance(v0, 4 * w * BL::kColBlock + kk * 2048);
 }
 
 // The handoffs of a pair between the math warpgroups, mbarriers that one warpgroup's 128 threads
@@ -280,7 +280,7 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-      ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(my_v, w, 0, kk));
+      ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(my_v, w, kk));
     }
     ptx::wgmma_commit();
   };
@@ -289,7 +289,7 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       ptx::wgmma_m64n256k16_bt(o[0], o[1], ptx::desc_advance(other_p, kk * 32),
-                               v_desc(other_v, w, 0, kk));
+                               v_desc(other_v, w, kk));
     }
     ptx::wgmma_commit();
   };

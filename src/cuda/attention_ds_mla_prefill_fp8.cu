@@ -269,9 +269,9 @@ __device__ __forceinline__ void qk_block(float (&s)[16], uint32_t q_base, uint32
 }
 
 // V descriptor of a K buffer (descriptor `v0` of its first byte): keys 16 kk + [0, 16) x dims
-// 256 w + 128 h + [0, 128).
-__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int h, int kk) {
-  return ptx::desc_advance(v0, (4 * w + 2 * h) * PL::kColBlock + kk * 2048);
+// 256 w + [0, 256).
+__device__ __forceinline__ uint64_t v_desc(uint64_t v0, int w, int kk) {
+  return ptx::desc_advance(v0, 4 * w * PL::kColBlock + kk * 2048);
 }
 __device__ __forceinline__ uint64_t v_base_desc(uint32_t k_base) {
   return ptx::sw128_desc(k_base, PL::kColBlock, 1024);
@@ -401,7 +401,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         const uint32_t frag[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(v_base_desc(my_k), w, 0, kk));
+        ptx::wgmma_m64n256k16_rs_bt(o[0], o[1], frag, v_desc(v_base_desc(my_k), w, kk));
       }
       ptx::wgmma_commit();
     };
@@ -411,7 +411,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         ptx::wgmma_m64n256k16_bt(o[0], o[1], ptx::desc_advance(other_p, kk * 32),
-                                 v_desc(v_base_desc(other_k), w, 0, kk));
+                                 v_desc(v_base_desc(other_k), w, kk));
       }
       ptx::wgmma_commit();
     };
