@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -61,12 +62,18 @@ __global__ void __launch_bounds__(128 * W, 1)
   if (t == 0) cycles[g] = stop - start;
 }
 
+// The first `slots` slots of a pool allocation, under a name for the table.
+struct Pool {
+  const char* name;
+  const uint8_t* bytes;  // [slots / 64 pages, kPageBytes]
+  int64_t slots;
+};
+
 template <int W>
-void run(const char* pool_name, const uint8_t* pool, int64_t pool_slots, int sms, int blocks,
-         int reps, std::mt19937* rng) {
+void run(const Pool& pool, int sms, int blocks, int reps, std::mt19937* rng) {
   const int64_t groups = int64_t{sms} * W, keys = groups * blocks * kBlockKeys;
   std::vector<int32_t> host(keys);
-  std::uniform_int_distribution<int64_t> pick(0, pool_slots - 1);
+  std::uniform_int_distribution<int64_t> pick(0, pool.slots - 1);
   for (auto& s : host) s = static_cast<int32_t>(pick(*rng));
   int32_t* slots = nullptr;
   uint32_t* out = nullptr;
@@ -83,7 +90,7 @@ void run(const char* pool_name, const uint8_t* pool, int64_t pool_slots, int sms
   std::vector<float> ms(reps);
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up (the small pool into L2)
     CUDA_OK(cudaEventRecord(a));
-    gather_kernel<W><<<sms, 128 * W>>>(pool, slots, blocks, out, cycles);
+    gather_kernel<W><<<sms, 128 * W>>>(pool.bytes, slots, blocks, out, cycles);
     CUDA_OK(cudaEventRecord(b));
     CUDA_OK(cudaEventSynchronize(b));
     CUDA_OK(cudaGetLastError());
@@ -95,7 +102,7 @@ void run(const char* pool_name, const uint8_t* pool, int64_t pool_slots, int sms
   CUDA_OK(cudaMemcpy(cyc.data(), cycles, groups * sizeof(long long), cudaMemcpyDeviceToHost));
   double mean_cycles = 0;
   for (long long c : cyc) mean_cycles += double(c) / groups;
-  std::printf("%-6s %2d %9.1f %9.0f %8.1f\n", pool_name, W,
+  std::printf("%-6s %2d %9.1f %9.0f %8.1f\n", pool.name, W,
               double(keys) * (kRowBytes + kScaleBytes) / median_s * 1e-9, mean_cycles / blocks,
               ms[reps / 2] * 1e3);
   CUDA_OK(cudaFree(slots));
@@ -137,13 +144,11 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, blocks, kBlockKeys, reps);
   std::printf("%-6s %2s %9s %9s %8s\n", "pool", "W", "GB/s", "cyc/blk", "us");
   const int sms = prop.multiProcessorCount;
-  for (int p = 0; p < 2; ++p) {
-    const char* name = p == 0 ? "19MB" : "2.4GB";
-    const int64_t slots = p == 0 ? small_slots : large_slots;
-    run<1>(name, pool, slots, sms, blocks, reps, &rng);
-    run<2>(name, pool, slots, sms, blocks, reps, &rng);
-    run<4>(name, pool, slots, sms, blocks, reps, &rng);
-    run<8>(name, pool, slots, sms, blocks, reps, &rng);
+  for (const Pool& p : {Pool{"19MB", pool, small_slots}, Pool{"2.4GB", pool, large_slots}}) {
+    run<1>(p, sms, blocks, reps, &rng);
+    run<2>(p, sms, blocks, reps, &rng);
+    run<4>(p, sms, blocks, reps, &rng);
+    run<8>(p, sms, blocks, reps, &rng);
   }
   CUDA_OK(cudaFree(pool));
   return 0;
