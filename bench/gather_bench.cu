@@ -2,12 +2,18 @@
 // How fast the SMs gather fp8_ds_mla key rows from random slots, loaded as the fp8_ds_mla prefill
 // kernel's producer loads them (src/cuda/attention_ds_mla_prefill_fp8.cu): 32 keys a block, four
 // threads a key, each thread nine 16-byte loads of the row and one 8-byte load of its scales.
-// A group of 128 threads folds a block's words before it starts the next block's loads, so each
-// group has one block in flight; one CTA per SM holds W groups (W blocks in flight per SM). Rows
-// are 576 bytes in 64-slot pages followed by the page's scales (the cache layout of
+// Rows are 576 bytes in 64-slot pages followed by the page's scales (the cache layout of
 // docs/semantics.md), from a pool that fits in L2 and from one that does not.
-//   sparse_swa_gather_bench [--blocks N] [--reps N]
-// Prints, per pool and W: GB/s of row bytes (584 a key) and cycles per block and group.
+//   Table 1, the gather alone: a group of 128 threads folds a block's words before it starts the
+//   next block's loads, so each group has one block in flight; one CTA per SM holds W groups.
+//   Table 2, the producer's loop: one warpgroup per SM loads block b + 1 while it decodes block b
+//   into bf16 rows in shared memory (the library's conversion and swizzle), with the L2 warm or
+//   flushed before each launch, and with 0 or 2 more warpgroups streaming 16-byte shared-memory
+//   reads meanwhile (as the math warpgroups' wgmma operands do).
+//   sparse_swa_gather_bench [--blocks N] [--smem-kb N] [--reps N]  (N KB of dynamic shared
+//   memory per CTA in table 1: what is left of the SM's 256 KB is its L1)
+// Prints GB/s of row bytes (584 a key) and cycles per block and group.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +25,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/attention_ds_mla_producer.cuh"
 #include "cuda_check.h"
 
 namespace {
@@ -26,6 +33,27 @@ namespace {
 constexpr int kRowBytes = 576, kScaleBytes = 8, kPageSlots = 64;
 constexpr int64_t kPageBytes = int64_t{kPageSlots} * (kRowBytes + kScaleBytes);
 constexpr int kBlockKeys = 32;
+constexpr size_t kFlushBytes = size_t{256} << 20;
+
+// One thread's share of a key (part = thread % 4): its ten loads, as the producer's.
+struct RawKey {
+  uint4 row[9];  // NoPE chunks part + 4 i (i < 7), then RoPE chunks part and part + 4
+  uint2 scales;
+};
+__device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int part, RawKey& r) {
+  const uint8_t* page = pool + int64_t{slot / kPageSlots} * kPageBytes;
+  const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    r.row[i] = __ldg(reinterpret_cast<const uint4*>(row + (part + 4 * i) * 16));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    r.row[7 + i] = __ldg(reinterpret_cast<const uint4*>(row + 448 + (part + 4 * i) * 16));
+  }
+  r.scales = __ldg(reinterpret_cast<const uint2*>(page + kPageSlots * kRowBytes +
+                                                  (slot % kPageSlots) * kScaleBytes));
+}
 
 // slots: [gridDim.x * W, blocks, 32] slot ids; out: [gridDim.x * 128 W] folded words; cycles:
 // [gridDim.x * W] clock cycles of each group's loop.
@@ -41,25 +69,82 @@ __global__ void __launch_bounds__(128 * W, 1)
   for (int b = 0; b < blocks; ++b) {
     // A data dependence on the previous block's words: its loads land before these start.
     const int32_t slot = mine[b * kBlockKeys + key + (acc == 0x9e3779b9u ? 1 : 0)];
-    const uint8_t* page = pool + int64_t{slot / kPageSlots} * kPageBytes;
-    const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
-    uint4 v[9];
+    RawKey r;
+    load_key(pool, slot, part, r);
 #pragma unroll
-    for (int i = 0; i < 7; ++i)
-      v[i] = __ldg(reinterpret_cast<const uint4*>(row + (part + 4 * i) * 16));
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      v[7 + i] = __ldg(reinterpret_cast<const uint4*>(row + 448 + (part + 4 * i) * 16));
-    }
-    const uint2 sc = __ldg(reinterpret_cast<const uint2*>(page + kPageSlots * kRowBytes +
-                                                          (slot % kPageSlots) * kScaleBytes));
-#pragma unroll
-    for (int i = 0; i < 9; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-    acc ^= sc.x ^ sc.y;
+    for (int i = 0; i < 9; ++i) acc ^= r.row[i].x ^ r.row[i].y ^ r.row[i].z ^ r.row[i].w;
+    acc ^= r.scales.x ^ r.scales.y;
   }
   const long long stop = clock64();
   out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
   if (t == 0) cycles[g] = stop - start;
+}
+
+namespace ds = sparse_swa::detail::ds_mla;
+constexpr int kBufBytes = kBlockKeys * 1024;  // [32 keys, 512] bf16, swizzled
+constexpr int kReadBytes = 64 * 1024;         // what the readers stream (a Q-sized region)
+constexpr int kPipelineSmem = 4 * kBufBytes + kReadBytes + 16;
+
+// slots: [gridDim.x, blocks, 32]; out: [gridDim.x * blockDim.x] folded words; cycles:
+// [gridDim.x] the producer's loop. Warpgroups 1..R read while warpgroup 0 runs its loop.
+template <int R>
+__global__ void __launch_bounds__(128 * (R + 1), 1)
+    pipeline_kernel(const uint8_t* pool, const int32_t* slots, int blocks, uint32_t* out,
+                    long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  volatile uint32_t* done = reinterpret_cast<volatile uint32_t*>(smem + 4 * kBufBytes + kReadBytes);
+  if (threadIdx.x == 0) *done = 0;
+  __syncthreads();
+  uint32_t acc = 0;
+  if (threadIdx.x >= 128) {
+    const uint8_t* src = smem + 4 * kBufBytes;
+    for (int it = 0; *done == 0; ++it) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int off = ((threadIdx.x - 128) * 16 + i * 4096 + it * 64) & (kReadBytes - 1);
+        const uint4 v = *reinterpret_cast<const uint4*>(src + off);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      }
+    }
+  } else {
+    const int t = threadIdx.x, key = t >> 2, part = t & 3;
+    const int32_t* mine = slots + int64_t{blockIdx.x} * blocks * kBlockKeys;
+    RawKey cur, next;
+    load_key(pool, mine[key], part, cur);
+    int32_t slot = mine[min(1, blocks - 1) * kBlockKeys + key];
+    const long long start = clock64();
+    for (int b = 0; b < blocks; ++b) {
+      const int32_t after = mine[min(b + 2, blocks - 1) * kBlockKeys + key];
+      load_key(pool, slot, part, next);
+      uint8_t* k = smem + (b & 3) * kBufBytes;
+#pragma unroll
+      for (int i = 0; i < 7; ++i) {
+        const int ch = part + 4 * i;
+        const uint32_t sb = ((i < 4 ? cur.scales.x : cur.scales.y) >> (8 * (i & 3))) & 0xffu;
+        float twice;
+        const float scale = ds::scale_from_byte<false>(sb, twice);
+        uint4 lo, hi;
+        ds::decode_chunk<false>(cur.row[i], scale, twice, lo, hi);
+        *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16, kBlockKeys)) = lo;
+        *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        *reinterpret_cast<uint4*>(k + ds::sw128(key, 448 + (part + 4 * i) * 8, kBlockKeys)) =
+            cur.row[7 + i];
+      }
+      cur = next;
+      slot = after;
+    }
+    const long long stop = clock64();
+    asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done
+    if (t == 0) {
+      cycles[blockIdx.x] = stop - start;
+      *done = 1;
+    }
+    acc = cur.row[0].x;
+  }
+  out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
 }
 
 // The first `slots` slots of a pool allocation, under a name for the table.
@@ -70,7 +155,7 @@ struct Pool {
 };
 
 template <int W>
-void run(const Pool& pool, int sms, int blocks, int reps, std::mt19937* rng) {
+void run(const Pool& pool, int sms, int blocks, int smem, int reps, std::mt19937* rng) {
   const int64_t groups = int64_t{sms} * W, keys = groups * blocks * kBlockKeys;
   std::vector<int32_t> host(keys);
   std::uniform_int_distribution<int64_t> pick(0, pool.slots - 1);
@@ -90,7 +175,7 @@ void run(const Pool& pool, int sms, int blocks, int reps, std::mt19937* rng) {
   std::vector<float> ms(reps);
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up (the small pool into L2)
     CUDA_OK(cudaEventRecord(a));
-    gather_kernel<W><<<sms, 128 * W>>>(pool.bytes, slots, blocks, out, cycles);
+    gather_kernel<W><<<sms, 128 * W, smem>>>(pool.bytes, slots, blocks, out, cycles);
     CUDA_OK(cudaEventRecord(b));
     CUDA_OK(cudaEventSynchronize(b));
     CUDA_OK(cudaGetLastError());
@@ -102,7 +187,7 @@ void run(const Pool& pool, int sms, int blocks, int reps, std::mt19937* rng) {
   CUDA_OK(cudaMemcpy(cyc.data(), cycles, groups * sizeof(long long), cudaMemcpyDeviceToHost));
   double mean_cycles = 0;
   for (long long c : cyc) mean_cycles += double(c) / groups;
-  std::printf("%-6s %2d %9.1f %9.0f %8.1f\n", pool.name, W,
+  std::printf("%-6s %2d %5d %9.1f %9.0f %8.1f\n", pool.name, W, smem / 1024,
               double(keys) * (kRowBytes + kScaleBytes) / median_s * 1e-9, mean_cycles / blocks,
               ms[reps / 2] * 1e3);
   CUDA_OK(cudaFree(slots));
@@ -112,17 +197,58 @@ void run(const Pool& pool, int sms, int blocks, int reps, std::mt19937* rng) {
   CUDA_OK(cudaEventDestroy(b));
 }
 
+// Table 2's row: the producer's loop on one CTA per SM, R reader warpgroups beside it; flush
+// (256 MiB, or nullptr for a warm L2) written before each launch.
+template <int R>
+void run_pipeline(const Pool& pool, int sms, int blocks, int reps, uint8_t* flush,
+                  std::mt19937* rng) {
+  const int64_t keys = int64_t{sms} * blocks * kBlockKeys;
+  std::vector<int32_t> host(keys);
+  std::uniform_int_distribution<int64_t> pick(0, pool.slots - 1);
+  for (auto& s : host) s = static_cast<int32_t>(pick(*rng));
+  int32_t* slots = nullptr;
+  uint32_t* out = nullptr;
+  long long* cycles = nullptr;
+  CUDA_OK(cudaMalloc(&slots, keys * sizeof(int32_t)));
+  CUDA_OK(cudaMemcpy(slots, host.data(), keys * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc(&out, int64_t{sms} * 128 * (R + 1) * sizeof(uint32_t)));
+  CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  CUDA_OK(cudaFuncSetAttribute(&pipeline_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kPipelineSmem));
+  std::vector<double> per_block(reps);
+  std::vector<long long> cyc(sms);
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    if (flush != nullptr) CUDA_OK(cudaMemset(flush, r & 0xff, kFlushBytes));
+    pipeline_kernel<R>
+        <<<sms, 128 * (R + 1), kPipelineSmem>>>(pool.bytes, slots, blocks, out, cycles);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaMemcpy(cyc.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+    if (r < 0) continue;
+    double mean = 0;
+    for (long long c : cyc) mean += double(c) / sms;
+    per_block[r] = mean / blocks;
+  }
+  std::sort(per_block.begin(), per_block.end());
+  std::printf("%-6s %-7s %7d %9.0f\n", pool.name, flush != nullptr ? "flushed" : "warm", R,
+              per_block[reps / 2]);
+  CUDA_OK(cudaFree(slots));
+  CUDA_OK(cudaFree(out));
+  CUDA_OK(cudaFree(cycles));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int blocks = 64, reps = 10;
+  int blocks = 64, reps = 10, smem_kb = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--blocks") && i + 1 < argc) {
       blocks = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--smem-kb") && i + 1 < argc) {
+      smem_kb = std::clamp(std::atoi(argv[++i]), 0, 227);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--blocks N] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--blocks N] [--smem-kb N] [--reps N]\n", argv[0]);
       return 2;
     }
   }
@@ -142,14 +268,30 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMemset(pool, 0x5a, pool_bytes));
   std::printf("device: %s, %d SMs; %d blocks of %d keys per group; median of %d runs\n", prop.name,
               prop.multiProcessorCount, blocks, kBlockKeys, reps);
-  std::printf("%-6s %2s %9s %9s %8s\n", "pool", "W", "GB/s", "cyc/blk", "us");
+  std::printf("%-6s %2s %5s %9s %9s %8s\n", "pool", "W", "smem", "GB/s", "cyc/blk", "us");
   const int sms = prop.multiProcessorCount;
-  for (const Pool& p : {Pool{"19MB", pool, small_slots}, Pool{"2.4GB", pool, large_slots}}) {
-    run<1>(p, sms, blocks, reps, &rng);
-    run<2>(p, sms, blocks, reps, &rng);
-    run<4>(p, sms, blocks, reps, &rng);
-    run<8>(p, sms, blocks, reps, &rng);
+  const int smem = smem_kb * 1024;
+  for (auto f : {&gather_kernel<1>, &gather_kernel<2>, &gather_kernel<4>, &gather_kernel<8>}) {
+    CUDA_OK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
+  for (const Pool& p : {Pool{"19MB", pool, small_slots}, Pool{"2.4GB", pool, large_slots}}) {
+    run<1>(p, sms, blocks, smem, reps, &rng);
+    run<2>(p, sms, blocks, smem, reps, &rng);
+    run<4>(p, sms, blocks, smem, reps, &rng);
+    run<8>(p, sms, blocks, smem, reps, &rng);
+  }
+  std::printf("\nthe producer's loop, one CTA per SM (cycles per block, median of %d runs)\n",
+              reps);
+  std::printf("%-6s %-7s %7s %9s\n", "pool", "L2", "readers", "cyc/blk");
+  uint8_t* flush = nullptr;
+  CUDA_OK(cudaMalloc(&flush, kFlushBytes));
+  for (const Pool& p : {Pool{"19MB", pool, small_slots}, Pool{"2.4GB", pool, large_slots}}) {
+    for (uint8_t* f : {static_cast<uint8_t*>(nullptr), flush}) {
+      run_pipeline<0>(p, sms, blocks, reps, f, &rng);
+      run_pipeline<2>(p, sms, blocks, reps, f, &rng);
+    }
+  }
+  CUDA_OK(cudaFree(flush));
   CUDA_OK(cudaFree(pool));
   return 0;
 }
