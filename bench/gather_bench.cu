@@ -154,19 +154,25 @@ struct Pool {
   int64_t slots;
 };
 
-template <int W>
-void run(const Pool& pool, int sms, int blocks, int smem, int reps, std::mt19937* rng) {
-  const int64_t groups = int64_t{sms} * W, keys = groups * blocks * kBlockKeys;
+// `keys` random slots of the pool on the device ([keys + 1] int32, the spare entry 0: table 1's
+// data-dependence offset may read one past a group's last entry).
+int32_t* random_slots(const Pool& pool, int64_t keys, std::mt19937* rng) {
   std::vector<int32_t> host(keys);
   std::uniform_int_distribution<int64_t> pick(0, pool.slots - 1);
   for (auto& s : host) s = static_cast<int32_t>(pick(*rng));
   int32_t* slots = nullptr;
-  uint32_t* out = nullptr;
-  long long* cycles = nullptr;
-  // One spare entry: the data-dependence offset may read one past a group's last entry.
   CUDA_OK(cudaMalloc(&slots, (keys + 1) * sizeof(int32_t)));
   CUDA_OK(cudaMemset(slots, 0, (keys + 1) * sizeof(int32_t)));
   CUDA_OK(cudaMemcpy(slots, host.data(), keys * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return slots;
+}
+
+template <int W>
+void run(const Pool& pool, int sms, int blocks, int smem, int reps, std::mt19937* rng) {
+  const int64_t groups = int64_t{sms} * W, keys = groups * blocks * kBlockKeys;
+  int32_t* slots = random_slots(pool, keys, rng);
+  uint32_t* out = nullptr;
+  long long* cycles = nullptr;
   CUDA_OK(cudaMalloc(&out, groups * 128 * sizeof(uint32_t)));
   CUDA_OK(cudaMalloc(&cycles, groups * sizeof(long long)));
   cudaEvent_t a, b;
@@ -203,14 +209,9 @@ template <int R>
 void run_pipeline(const Pool& pool, int sms, int blocks, int reps, uint8_t* flush,
                   std::mt19937* rng) {
   const int64_t keys = int64_t{sms} * blocks * kBlockKeys;
-  std::vector<int32_t> host(keys);
-  std::uniform_int_distribution<int64_t> pick(0, pool.slots - 1);
-  for (auto& s : host) s = static_cast<int32_t>(pick(*rng));
-  int32_t* slots = nullptr;
+  int32_t* slots = random_slots(pool, keys, rng);
   uint32_t* out = nullptr;
   long long* cycles = nullptr;
-  CUDA_OK(cudaMalloc(&slots, keys * sizeof(int32_t)));
-  CUDA_OK(cudaMemcpy(slots, host.data(), keys * sizeof(int32_t), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMalloc(&out, int64_t{sms} * 128 * (R + 1) * sizeof(uint32_t)));
   CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
   CUDA_OK(cudaFuncSetAttribute(&pipeline_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
