@@ -157,9 +157,11 @@ constexpr int kMaxProfiledCtas = 1024;
 // 32: PV uses P's bf16 hi part only (measures what the lo part costs in time and accuracy).
 // 64 / 128: the decode keeps its conversions but skips its shared-memory stores / reads (codes
 // made up from the thread and tile instead), to tell the three costs apart; profile builds only.
+// 256: the fp8_ds_mla prefill kernel's math warpgroups only free each buffer after its ready
+// wait (the producer's pace without the math beside it); profile builds only.
 [[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
                                kTimeline = 16, kAblatePLo = 32, kAblateDecodeStores = 64,
-                               kAblateDecodeReads = 128;
+                               kAblateDecodeReads = 128, kAblateMath = 256;
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
 constexpr bool kDecodeAblations = true;
 #else

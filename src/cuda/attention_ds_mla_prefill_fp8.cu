@@ -306,6 +306,11 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     clk.lap(6);
     ptx::mbar_wait(ready_bar(c, mine), (p >> 1) & 1);
     clk.lap(0);
+    if (kDecodeAblations && (a.ablate & kAblateMath)) {
+      ptx::mbar_arrive(free_bar(c, 2 * (p & 1)));
+      ptx::mbar_arrive(free_bar(c, 2 * (p & 1) + 1));
+      continue;
+    }
     ptx::fence_proxy_async();  // the copies, now visible here, before the async-proxy reads
     ptx::wgmma_fence();
     qk_block(s, q_base, my_k);
