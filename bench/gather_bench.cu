@@ -30,7 +30,9 @@
 
 namespace {
 
-constexpr int kRowBytes = 576, kScaleBytes = 8, kPageSlots = 64;
+using sparse_swa::kNopeDim;
+constexpr int kRowBytes = sparse_swa::kDsMlaTokenBytes, kScaleBytes = sparse_swa::kDsMlaScaleBytes;
+constexpr int kPageSlots = 64;
 constexpr int64_t kPageBytes = int64_t{kPageSlots} * (kRowBytes + kScaleBytes);
 constexpr int kBlockKeys = 32;
 constexpr size_t kFlushBytes = size_t{256} << 20;
@@ -49,7 +51,7 @@ __device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int 
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    r.row[7 + i] = __ldg(reinterpret_cast<const uint4*>(row + 448 + (part + 4 * i) * 16));
+    r.row[7 + i] = __ldg(reinterpret_cast<const uint4*>(row + kNopeDim + (part + 4 * i) * 16));
   }
   r.scales = __ldg(reinterpret_cast<const uint2*>(page + kPageSlots * kRowBytes +
                                                   (slot % kPageSlots) * kScaleBytes));
@@ -81,8 +83,9 @@ __global__ void __launch_bounds__(128 * W, 1)
 }
 
 namespace ds = sparse_swa::detail::ds_mla;
-constexpr int kBufBytes = kBlockKeys * 1024;  // [32 keys, 512] bf16, swizzled
-constexpr int kReadBytes = 64 * 1024;         // what the readers stream (a Q-sized region)
+static_assert(kBlockKeys == ds::kKeys);
+constexpr int kBufBytes = ds::kKBytes;  // [32 keys, 512] bf16, swizzled
+constexpr int kReadBytes = 64 * 1024;   // what the readers stream (a Q-sized region)
 constexpr int kPipelineSmem = 4 * kBufBytes + kReadBytes + 16;
 
 // slots: [gridDim.x, blocks, 32]; out: [gridDim.x * blockDim.x] folded words; cycles:
@@ -120,17 +123,14 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
 #pragma unroll
       for (int i = 0; i < 7; ++i) {
         const int ch = part + 4 * i;
-        const uint32_t sb = ((i < 4 ? cur.scales.x : cur.scales.y) >> (8 * (i & 3))) & 0xffu;
-        float twice;
-        const float scale = ds::scale_from_byte<false>(sb, twice);
         uint4 lo, hi;
-        ds::decode_chunk<false>(cur.row[i], scale, twice, lo, hi);
+        ds::decode_nope_chunk<false>(cur.row[i], cur.scales, i, lo, hi);
         *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16, kBlockKeys)) = lo;
         *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        *reinterpret_cast<uint4*>(k + ds::sw128(key, 448 + (part + 4 * i) * 8, kBlockKeys)) =
+        *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
             cur.row[7 + i];
       }
       cur = next;

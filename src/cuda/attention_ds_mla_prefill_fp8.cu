@@ -180,11 +180,8 @@ __device__ __forceinline__ void store_nope(const RawKey<kGroups>& r, uint8_t* k,
 #pragma unroll
   for (int i = 0; i < kNopeChunks / 4; ++i) {
     const int ch = part + 4 * i;
-    const uint32_t sb = ((i < 4 ? r.scales.x : r.scales.y) >> (8 * (i & 3))) & 0xffu;
-    float twice;
-    const float scale = scale_from_byte<kHuge>(sb, twice);
     uint4 lo, hi;
-    decode_chunk<kHuge>(r.nope[i], scale, twice, lo, hi);
+    decode_nope_chunk<kHuge>(r.nope[i], r.scales, i, lo, hi);
     *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kBlockKeys)) = lo;
     *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
   }

@@ -117,6 +117,17 @@ __device__ __forceinline__ float scale_from_byte(uint32_t sb, float& twice) {
   return __uint_as_float(bits);
 }
 
+// NoPE chunk r of a thread's share of a key (16 e4m3 codes, scale byte r of the key's scales
+// sc) as 16 bf16 (lo: the first 8).
+template <bool kHuge>
+__device__ __forceinline__ void decode_nope_chunk(const uint4& v, uint2 sc, int r, uint4& lo,
+                                                  uint4& hi) {
+  const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
+  float twice;
+  const float scale = scale_from_byte<kHuge>(sb, twice);
+  decode_chunk<kHuge>(v, scale, twice, lo, hi);
+}
+
 // One thread's seven NoPE chunks of a key (part p: chunks p, p + 4, ..., scale byte r for its
 // r-th chunk), with no branch between chunks so that their loads and conversions interleave.
 // kHuge: some scale byte of the key is 255.
@@ -135,11 +146,8 @@ __device__ __forceinline__ void decode_nope(const uint8_t* src, uint2 sc, uint8_
     } else {
       v = *reinterpret_cast<const uint4*>(src + ch * 16);
     }
-    const uint32_t sb = ((r < 4 ? sc.x : sc.y) >> (8 * (r & 3))) & 0xffu;
-    float twice;
-    const float scale = scale_from_byte<kHuge>(sb, twice);
     uint4 lo, hi;
-    decode_chunk<kHuge>(v, scale, twice, lo, hi);
+    decode_nope_chunk<kHuge>(v, sc, r, lo, hi);
     if (kDecodeAblations && (ablate & kAblateDecodeStores)) {
       sink ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
     } else {
