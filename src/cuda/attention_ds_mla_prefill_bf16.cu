@@ -112,7 +112,7 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
   const int chunk = tid & 7;
   const uint32_t dst = c.sbase + BL::kKOff + buf * BL::kBufBytes + 4 * half * BL::kColBlock;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4 && !(kDecodeAblations && (a.ablate & kAblateProducer)); ++i) {
     const int key = copy_key(tid, i);
     const bool valid = rows[i] != nullptr;
     // A masked key reads nothing (zero fill), from Q's first row (a valid global address).

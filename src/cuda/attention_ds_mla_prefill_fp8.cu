@@ -227,15 +227,20 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid)
   for (int b = 0; b < blocks; ++b) {
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
     const int32_t after = block_index(a, c, b + 2, key);
-    load_raw(a, c, b + 1, tid, idx, next);
+    const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);
+    if (!no_bytes) load_raw(a, c, b + 1, tid, idx, next);
     clk.lap(2);
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
     clk.lap(0);
-    store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
-    if constexpr (L::kQueryGroups) {
-      publish_mask(a, c, buf, tid, cur.valid, cur.tokens);
+    if (no_bytes) {
+      publish_mask(a, c, buf, tid, true, ~0u);
     } else {
-      publish_mask(a, c, buf, tid, cur.valid, 0u);
+      store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
+      if constexpr (L::kQueryGroups) {
+        publish_mask(a, c, buf, tid, cur.valid, cur.tokens);
+      } else {
+        publish_mask(a, c, buf, tid, cur.valid, 0u);
+      }
     }
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(ready_bar(c, buf));
