@@ -159,8 +159,9 @@ constexpr int kMaxProfiledCtas = 1024;
 // made up from the thread and tile instead), to tell the three costs apart; profile builds only.
 // 256: the fp8_ds_mla prefill kernel's math warpgroups only free each buffer after its ready
 // wait (the producer's pace without the math beside it); profile builds only.
-// 512: the prefill kernels' producers load and store no key bytes (fp8_ds_mla: every key valid;
-// bf16: the real masks), so the math runs at its own pace on stale rows; profile builds only.
+// 512: the prefill kernels' producers store no key bytes and load none past the first block
+// (fp8_ds_mla: every key valid; bf16: the real masks), so the math runs at its own pace on stale
+// rows; profile builds only.
 [[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
                                kTimeline = 16, kAblatePLo = 32, kAblateDecodeStores = 64,
                                kAblateDecodeReads = 128, kAblateMath = 256, kAblateProducer = 512;
