@@ -162,9 +162,13 @@ constexpr int kMaxProfiledCtas = 1024;
 // 512: the prefill kernels' producers store no key bytes and load none past the first block
 // (fp8_ds_mla: every key valid; bf16: the real masks), so the math runs at its own pace on stale
 // rows; profile builds only.
+// 1024: the fp8_ds_mla prefill kernel's math warpgroups neither exchange row maxima nor wait for
+// each other's P (each rescales by its own max; wrong results), so they need not run in step;
+// profile builds only.
 [[maybe_unused]] constexpr int kAblateGather = 1, kAblatePv = 2, kAblateQk = 4, kAblateDecode = 8,
                                kTimeline = 16, kAblatePLo = 32, kAblateDecodeStores = 64,
-                               kAblateDecodeReads = 128, kAblateMath = 256, kAblateProducer = 512;
+                               kAblateDecodeReads = 128, kAblateMath = 256, kAblateProducer = 512,
+                               kAblateExchange = 1024;
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
 constexpr bool kDecodeAblations = true;
 #else

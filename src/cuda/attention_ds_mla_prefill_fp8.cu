@@ -352,12 +352,14 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
       if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = mx[hh];
     }
     clk.lap(3);
-    ptx::named_barrier(4, 256);
+    const bool lockstep = !(kDecodeAblations && (a.ablate & kAblateExchange));
+    if (lockstep) ptx::named_barrier(4, 256);
     clk.lap(4);
     float corr[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float m_new = fmaxf(m[hh], fmaxf(mx[hh], maxes[(1 - w) * kGroupHeads + row + 8 * hh]));
+      const float m_new = fmaxf(
+          m[hh], fmaxf(mx[hh], lockstep ? maxes[(1 - w) * kGroupHeads + row + 8 * hh] : mx[hh]));
       corr[hh] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new);
       m[hh] = m_new;
     }
@@ -426,11 +428,11 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     // producer refills first, comes free one P V step before block 2p + 1's.
     if constexpr (w == 0) {
       own_pv();
-      ptx::named_barrier(5, 256);  // both P tiles are in shared memory
+      if (lockstep) ptx::named_barrier(5, 256);  // both P tiles are in shared memory
       clk.lap(5);
       other_pv();
     } else {
-      ptx::named_barrier(5, 256);
+      if (lockstep) ptx::named_barrier(5, 256);
       clk.lap(5);
       other_pv();
       own_pv();
