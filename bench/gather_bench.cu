@@ -3,7 +3,7 @@
 // kernel's producer loads them (src/cuda/attention_ds_mla_prefill_fp8.cu): 32 keys a block, four
 // threads a key, each thread nine 16-byte loads of the row and one 8-byte load of its scales.
 // Rows are 576 bytes in 64-slot pages followed by the page's scales (the cache layout of
-// docs/semantics.md), from a pool that fits in L2 and from one that does not.
+// docs/semantics.md#page-layouts), from a pool that fits in L2 and from one that does not.
 //   Table 1, the gather alone: a group of 128 threads folds a block's words before it starts the
 //   next block's loads, so each group has one block in flight; one CTA per SM holds W groups.
 //   Table 2, the producer's loop: one warpgroup per SM loads block b + 1 while it decodes block b
@@ -39,7 +39,8 @@ constexpr size_t kFlushBytes = size_t{256} << 20;
 
 // One thread's share of a key (part = thread % 4): its ten loads, as the producer's.
 struct RawKey {
-  uint4 row[9];  // NoPE chunks part + 4 i (i < 7), then RoPE chunks part and part + 4
+  uint4 nope[7];  // NoPE chunks part + 4 i
+  uint4 rope[2];  // RoPE chunks part and part + 4
   uint2 scales;
 };
 __device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int part, RawKey& r) {
@@ -47,11 +48,11 @@ __device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int 
   const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
 #pragma unroll
   for (int i = 0; i < 7; ++i) {
-    r.row[i] = __ldg(reinterpret_cast<const uint4*>(row + (part + 4 * i) * 16));
+    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(row + (part + 4 * i) * 16));
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    r.row[7 + i] = __ldg(reinterpret_cast<const uint4*>(row + kNopeDim + (part + 4 * i) * 16));
+    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(row + kNopeDim + (part + 4 * i) * 16));
   }
   r.scales = __ldg(reinterpret_cast<const uint2*>(page + kPageSlots * kRowBytes +
                                                   (slot % kPageSlots) * kScaleBytes));
@@ -74,7 +75,9 @@ __global__ void __launch_bounds__(128 * W, 1)
     RawKey r;
     load_key(pool, slot, part, r);
 #pragma unroll
-    for (int i = 0; i < 9; ++i) acc ^= r.row[i].x ^ r.row[i].y ^ r.row[i].z ^ r.row[i].w;
+    for (const uint4& v : r.nope) acc ^= v.x ^ v.y ^ v.z ^ v.w;
+#pragma unroll
+    for (const uint4& v : r.rope) acc ^= v.x ^ v.y ^ v.z ^ v.w;
     acc ^= r.scales.x ^ r.scales.y;
   }
   const long long stop = clock64();
@@ -120,18 +123,11 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
       const int32_t after = mine[min(b + 2, blocks - 1) * kBlockKeys + key];
       load_key(pool, slot, part, next);
       uint8_t* k = smem + (b & 3) * kBufBytes;
-#pragma unroll
-      for (int i = 0; i < 7; ++i) {
-        const int ch = part + 4 * i;
-        uint4 lo, hi;
-        ds::decode_nope_chunk<false>(cur.row[i], cur.scales, i, lo, hi);
-        *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16, kBlockKeys)) = lo;
-        *reinterpret_cast<uint4*>(k + ds::sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
-      }
+      ds::store_nope_share<false>(cur.nope, cur.scales, k, key, part, kBlockKeys);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
-            cur.row[7 + i];
+            cur.rope[i];
       }
       cur = next;
       slot = after;
@@ -142,7 +138,7 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
       cycles[blockIdx.x] = stop - start;
       *done = 1;
     }
-    acc = cur.row[0].x;
+    acc = cur.nope[0].x;
   }
   out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
 }

@@ -172,28 +172,16 @@ __device__ __forceinline__ void load_raw(const Args& a, const Cta<L>& c, int b, 
   }
 }
 
-// The decoded bf16 values of that share into buffer `k` (zeros for a masked key), as the decode
-// kernel's decode_tile does from shared memory.
-template <bool kHuge, bool kGroups>
-__device__ __forceinline__ void store_nope(const RawKey<kGroups>& r, uint8_t* k, int key,
-                                           int part) {
-#pragma unroll
-  for (int i = 0; i < kNopeChunks / 4; ++i) {
-    const int ch = part + 4 * i;
-    uint4 lo, hi;
-    decode_nope_chunk<kHuge>(r.nope[i], r.scales, i, lo, hi);
-    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, kBlockKeys)) = lo;
-    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, kBlockKeys)) = hi;
-  }
-}
+// That share decoded into buffer `k` (zero rows for a masked key), as the decode kernel's
+// decode_tile does from shared memory.
 template <bool kGroups>
 __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, int tid) {
   const int key = tid >> 2, part = tid & 3;
   if (r.valid) {
     if (!has_huge_scale(r.scales)) {
-      store_nope<false, kGroups>(r, k, key, part);
+      store_nope_share<false>(r.nope, r.scales, k, key, part, kBlockKeys);
     } else {
-      store_nope<true, kGroups>(r, k, key, part);
+      store_nope_share<true>(r.nope, r.scales, k, key, part, kBlockKeys);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -221,13 +209,13 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid)
   RoleClock clk(a, 0);  // slots: free waits, decodes, next block's loads
   const int key = tid >> 2;
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
+  const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);  // profile builds
   RawKey<L::kQueryGroups> cur, next;
   load_raw(a, c, 0, tid, block_index(a, c, 0, key), cur);
   int32_t idx = block_index(a, c, 1, key);
   for (int b = 0; b < blocks; ++b) {
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
     const int32_t after = block_index(a, c, b + 2, key);
-    const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);
     if (!no_bytes) load_raw(a, c, b + 1, tid, idx, next);
     clk.lap(2);
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);

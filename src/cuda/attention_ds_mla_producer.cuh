@@ -128,6 +128,21 @@ __device__ __forceinline__ void decode_nope_chunk(const uint4& v, uint2 sc, int 
   decode_chunk<kHuge>(v, scale, twice, lo, hi);
 }
 
+// A thread's share of a key's NoPE codes held in registers (part p: chunks p + 4 r, r = 0..6,
+// scale byte r of sc for the r-th), decoded into a swizzled [rows, 512] bf16 tile.
+template <bool kHuge>
+__device__ __forceinline__ void store_nope_share(const uint4 (&codes)[kNopeChunks / 4], uint2 sc,
+                                                 uint8_t* k, int key, int part, int rows) {
+#pragma unroll
+  for (int r = 0; r < kNopeChunks / 4; ++r) {
+    const int ch = part + 4 * r;
+    uint4 lo, hi;
+    decode_nope_chunk<kHuge>(codes[r], sc, r, lo, hi);
+    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16, rows)) = lo;
+    *reinterpret_cast<uint4*>(k + sw128(key, ch * 16 + 8, rows)) = hi;
+  }
+}
+
 // One thread's seven NoPE chunks of a key (part p: chunks p, p + 4, ..., scale byte r for its
 // r-th chunk), with no branch between chunks so that their loads and conversions interleave.
 // kHuge: some scale byte of the key is 255.
