@@ -44,6 +44,7 @@
 #endif
 
 #include "cuda/attention_ds_mla.cuh"
+#include "cuda/attention_ds_mla_cluster_merge.cuh"
 #include "cuda/attention_ds_mla_layout.cuh"
 #include "cuda/attention_ds_mla_producer.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
@@ -424,6 +425,7 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   if (splits <= 1) return plan;
   plan.prefill = prefill;
   plan.splits = static_cast<int32_t>(splits);
+  plan.cluster_merge = prefill && splits <= kMaxClusterSplits;
   plan.workspace_bytes = splits * row_bytes;
   return plan;
 }
@@ -470,6 +472,13 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.key_rows = (p.num_tokens + plan.query_group - 1) / plan.query_group;
   a.groups = plan.groups;
   a.splits = plan.splits;
+  // Splits of the prefill kernels merge inside a cluster (attention_ds_mla_cluster_merge.cuh);
+  // SPARSE_SWA_ATTENTION_CLUSTER_MERGE=0 sends them through the merge kernel (development A/B).
+  static const bool cluster_env = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_CLUSTER_MERGE");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  a.cluster_merge = plan.cluster_merge && cluster_env ? 1 : 0;
   a.num_segments = p.extra_indices.rows != 0 ? 2 : 1;
   static const int ablate = [] {
     const char* v = std::getenv("SPARSE_SWA_ATTENTION_ABLATE");
@@ -514,7 +523,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
   if (record) print_profile(timeline, blocks, plan.prefill);
-  if (plan.splits > 1) {
+  if (plan.splits > 1 && !a.cluster_merge) {
     const int64_t rows = p.num_tokens * p.num_heads;
     launch_merge(a, rows, num_sms, stream);
   }

@@ -18,6 +18,10 @@ struct DsMlaPlan {
   int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
   int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
   bool prefill = false;  // the prefill kernel (slices of whole 64-key pairs), else the decode one
+  // The prefill kernel's 2..8 slices of a (token, head group) as one cluster, merged in the
+  // kernel (docs/design.md#attention-kernels); else partials for the merge kernel. The launcher
+  // still falls back to the merge kernel where such clusters cannot run.
+  bool cluster_merge = false;
   // > 1: a prefill CTA takes a query group of this many tokens (all heads) over the union of
   // their key lists (docs/design.md#query-groups), built into the workspace; never split.
   int32_t query_group = 1;

@@ -123,7 +123,7 @@ struct Args {
   float* lse;          // [T, H] natural log
   const float* sinks;  // [H] or nullptr
   int32_t* bad_count;  // [1] or nullptr
-  float* partial_o;    // [splits, T, H, 512] fp32, unnormalised; only when splits > 1
+  float* partial_o;    // [splits, T, H, 512] fp32, unnormalised; splits > 1, not cluster-merged
   float2* partial_ml;  // [splits, T, H] (running max in log2 units, sum of exp2)
   float scale_log2;    // softmax_scale * log2(e)
   int64_t num_tokens;
@@ -140,11 +140,14 @@ struct Args {
   int32_t query_group;
   int64_t key_rows;  // T, or ceil(T / query_group) groups
   QueryGroupUnions unions;
+  // 1: a (token, head group)'s slices run as one cluster of `splits` CTAs and merge through
+  // distributed shared memory (attention_ds_mla_cluster_merge.cuh); partial_o, partial_ml unused.
+  int32_t cluster_merge;
 };
 // The prefill kernels, split or not: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and
 // on bf16 caches (attention_ds_mla_prefill_bf16.cu).
-Status launch_prefill_fp8(const Args& a, cudaStream_t stream);
-Status launch_prefill_bf16(const Args& a, cudaStream_t stream);
+Status launch_prefill_fp8(Args& a, cudaStream_t stream);
+Status launch_prefill_bf16(Args& a, cudaStream_t stream);
 // Query groups: the union of each group's key lists into a.unions (attention_query_groups.cu),
 // one CTA per group, before the prefill kernel.
 constexpr int kMaxGroupEntries = 4096;  // a group's entries (query_group x both widths), at most

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "cuda/attention_ds_mla_cluster_merge.cuh"
 #include "cuda/attention_ds_mla_layout.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
 #include "cuda/cuda_utils.h"
@@ -107,12 +108,18 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
     }
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
-  write_rows(a, c, o, w, row, lane, 128 * w + tid);
+  if (L::kSplitKeys && a.cluster_merge) {
+    stash_rows(c, o, w, row, lane);  // merged at the end of run_prefill_roles
+  } else {
+    write_rows(a, c, o, w, row, lane, 128 * w + tid);
+  }
 }
 
 // The roles of a prefill CTA once its barriers are set up: warpgroup 2 runs `producer(t)` (t =
 // its thread, 0..127; it starts while the math warpgroups load Q), warpgroups 0 and 1 load Q and
-// run `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them.
+// run `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them. A
+// cluster-merged split CTA then merges its rows (the math warpgroups, which hold the registers)
+// between two cluster barriers; the second keeps each stash until the whole cluster has read it.
 template <int kMathRegs, int kProducerRegs, class L, class Producer, class Math>
 __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c, int tid,
                                                   Producer&& producer, Math&& math) {
@@ -120,6 +127,10 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
   if (wg == 2) {
     ptx::setmaxnreg_dec<kProducerRegs>();
     producer(tid - 256);
+    if (L::kSplitKeys && a.cluster_merge) {
+      ptx::cluster_sync();
+      ptx::cluster_sync();
+    }
   } else {
     ptx::setmaxnreg_inc<kMathRegs>();
     load_q<256>(a, c, tid);  // by the 256 math threads
@@ -130,13 +141,47 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
     } else {
       math(std::integral_constant<int, 1>{}, tid - 128);
     }
+    if (L::kSplitKeys && a.cluster_merge) {
+      static_assert(kQOff + kStashBytes <= L::kPOff, "the stash must not reach P or the barriers");
+      ptx::cluster_sync();
+      merge_cluster_rows(a, c, tid);
+      ptx::cluster_sync();
+    }
   }
 }
 
-// Launches kKernel over key rows (tokens, or query groups) x head groups x splits with `smem`
-// bytes of dynamic shared memory (reserved once per kernel).
+// Whether clusters of `splits` CTAs of kKernel (`smem` bytes each) can run on this device at all
+// (a partition with few SMs per GPC may hold none); asked once per cluster size.
 template <auto kKernel>
-Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
+bool clusters_fit(int splits, size_t smem) {
+  static std::once_flag once[kMaxClusterSplits + 1];
+  static bool fits[kMaxClusterSplits + 1] = {};
+  std::call_once(once[splits], [splits, smem] {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(splits);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(splits));
+    config.blockDim = dim3(kPrefillThreads);
+    config.dynamicSmemBytes = smem;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config);
+    if (err != cudaSuccess) cudaGetLastError();  // a refusal is an answer, not this call's error
+    fits[splits] = err == cudaSuccess && clusters > 0;
+  });
+  return fits[splits];
+}
+
+// Launches kKernel over key rows (tokens, or query groups) x head groups x splits with `smem`
+// bytes of dynamic shared memory (reserved once per kernel). A cluster-merged split launch
+// (a.cluster_merge) runs the splits of each (token, head group) as one cluster; where such
+// clusters cannot run, a.cluster_merge is cleared and the slices write partials for the merge
+// kernel instead.
+template <auto kKernel>
+Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [smem] {
@@ -147,8 +192,28 @@ Status launch_prefill_grid(const Args& a, size_t smem, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot reserve ", smem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
-  kKernel<<<static_cast<unsigned>(a.key_rows * a.groups * a.splits), kPrefillThreads, smem,
-            stream>>>(a);
+  const unsigned ctas = static_cast<unsigned>(a.key_rows * a.groups * a.splits);
+  if (a.cluster_merge && !clusters_fit<kKernel>(a.splits, smem)) a.cluster_merge = 0;
+  if (!a.cluster_merge) {
+    kKernel<<<ctas, kPrefillThreads, smem, stream>>>(a);
+    return Status::Ok();
+  }
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(a.splits);  // a.splits <= kMaxClusterSplits
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kPrefillThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kKernel, a);
+  if (err != cudaSuccess) {
+    return internal_error("sparse_attention: cannot launch clusters of ", a.splits,
+                          " CTAs: ", cudaGetErrorString(err));
+  }
   return Status::Ok();
 }
 

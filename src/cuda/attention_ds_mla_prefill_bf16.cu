@@ -48,6 +48,7 @@ static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the other kernels).
 struct Bf16PrefillLayout {
   static constexpr bool kQueryGroups = false;             // never given a query group
+  static constexpr bool kSplitKeys = true;                // split or not at run time
   static constexpr int kBufBytes = kKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
   static constexpr int kColBlock = kKeys * 128;           // one [64, 64 dims] column block
   static constexpr int kKOff = kQOff + kQBytes;           // buffers 0, 1
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 
 }  // namespace
 
-Status launch_prefill_bf16(const Args& a, cudaStream_t stream) {
+Status launch_prefill_bf16(Args& a, cudaStream_t stream) {
   return launch_prefill_grid<ds_mla_prefill_bf16_kernel>(a, BL::kSmem, stream);
 }
 

@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 
 }  // namespace
 
-Status launch_prefill_fp8(const Args& a, cudaStream_t stream) {
+Status launch_prefill_fp8(Args& a, cudaStream_t stream) {
   if (a.query_group > 1) {  // never split
     return launch_prefill_grid<ds_mla_prefill_fp8_kernel<true, false>>(
         a, PrefillLayout<true, false>::kSmem, stream);

@@ -987,12 +987,15 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_EQ(d.groups, 1);
   EXPECT_EQ(d.splits, 20);
   EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
+  EXPECT_FALSE(d.cluster_merge);      // the decode kernel's slices: the merge kernel
   EXPECT_EQ(plan(8, -1).splits, 16);  // 132 / 8 SMs per token
   // 16 tokens: 8 CTAs per token, the prefill kernel's 10 pairs in 5 slices of 2; 64 tokens: 2.
   d = plan(16, -1);
   EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 5);
   EXPECT_EQ(d.workspace_bytes, 5 * 16 * 64 * kRow);
+  EXPECT_TRUE(d.cluster_merge);  // a cluster of 5 per token, merged in the kernel
+  EXPECT_TRUE(plan(64, -1).cluster_merge);
   EXPECT_TRUE(plan(64, -1).prefill);
   EXPECT_EQ(plan(64, -1).splits, 2);
   // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
@@ -1031,6 +1034,13 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 5);
   EXPECT_EQ(d.workspace_bytes, 5 * 64 * kRow);
+  EXPECT_TRUE(d.cluster_merge);
+  p.extra_indices.width = 512;  // 640 keys, 10 pairs: 10 slices, more than a cluster holds
+  d = plan(1, -1);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_FALSE(d.cluster_merge);
+  EXPECT_EQ(d.workspace_bytes, 10 * 64 * kRow);
+  p.extra_indices.width = 129;
   d = plan(1, 0);  // no workspace: unsplit
   EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 1);
