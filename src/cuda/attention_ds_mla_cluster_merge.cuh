@@ -39,15 +39,55 @@ __device__ __forceinline__ void stash_rows(const Cta<L>& c, const float (&o)[2][
   }
 }
 
+// The float4 columns of this CTA's `rows` rows (rank + kSplits k), kItems per thread at a time
+// with the loads of all kSplits slices in flight; `weights` as merge_cluster_rows leaves them.
+template <int kItems, int kSplits>
+__device__ __forceinline__ void merge_cluster_columns(const Args& a, const int64_t row0,
+                                                      const uint32_t (&peer)[kMaxClusterSplits],
+                                                      const float* weights, int rank, int rows,
+                                                      int t) {
+  constexpr int kWeights = kMaxClusterSplits + 1;
+  for (int i0 = t; i0 < rows * 128; i0 += 256 * kItems) {
+    float4 v[kItems][kSplits];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = i0 + 256 * j, k = i >> 7;
+      const uint32_t offset = kQOff + (rank + kSplits * k) * kStashRowBytes + 16 * (i & 127);
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) {
+        if (i < rows * 128) v[j][s] = ptx::ld_cluster_f4(peer[s] + offset);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = i0 + 256 * j, k = i >> 7;
+      if (i >= rows * 128) break;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int s = 0; s < kSplits; ++s) {
+        const float w = weights[k * kWeights + s];
+        if (w == 0.0f) continue;
+        acc.x += w * v[j][s].x;
+        acc.y += w * v[j][s].y;
+        acc.z += w * v[j][s].z;
+        acc.w += w * v[j][s].w;
+      }
+      const float factor = weights[k * kWeights + kMaxClusterSplits];
+      const int64_t row = row0 + rank + kSplits * k;
+      *reinterpret_cast<uint2*>(a.out + row * kHeadDim + 4 * (i & 127)) = make_uint2(
+          pack_bf16(acc.x * factor, acc.y * factor), pack_bf16(acc.z * factor, acc.w * factor));
+    }
+  }
+}
+
 // After a cluster barrier: this CTA (rank c.split) finishes rows c.split + a.splits k of its
 // head group from every rank's stash and (max, sum) at L::kMlOff, by the 256 math threads (t =
 // 0..255); the same arithmetic as ds_mla_merge_kernel. Each row's weights 2^(m_s - M) and final
 // factor first (a thread a row, into shared memory past the stash), then the rows' float4
-// columns kItems at a time per thread with all their remote loads in flight: a remote load takes
-// hundreds of cycles, so one row at a time would leave the merge latency-bound.
+// columns several at a time per thread with all their remote loads in flight: a remote load
+// takes hundreds of cycles, so one row at a time would leave the merge latency-bound.
 template <class L>
 __device__ __forceinline__ void merge_cluster_rows(const Args& a, const Cta<L>& c, int t) {
-  constexpr int kItems = 4;  // float4 columns of a thread in flight, each from every slice
   constexpr int kWeights = kMaxClusterSplits + 1;  // per row: the slices' weights, the factor
   static_assert(kQOff + kStashBytes + kGroupHeads * kWeights * 4 <= L::kPOff);
   const int splits = a.splits, rank = c.split;
@@ -89,36 +129,23 @@ __device__ __forceinline__ void merge_cluster_rows(const Args& a, const Cta<L>& 
     a.lse[row] = lse;
   }
   ptx::named_barrier(6, 256);  // the weights are in shared memory
-  for (int i0 = t; i0 < rows * 128; i0 += 256 * kItems) {
-    float4 v[kItems][kMaxClusterSplits];
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = i0 + 256 * j, k = i >> 7;
-      const uint32_t offset = kQOff + (rank + splits * k) * kStashRowBytes + 16 * (i & 127);
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (i < rows * 128 && s < splits) v[j][s] = ptx::ld_cluster_f4(peer[s] + offset);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int i = i0 + 256 * j, k = i >> 7;
-      if (i >= rows * 128) break;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        const float w = weights[k * kWeights + s];
-        if (s >= splits || w == 0.0f) continue;
-        acc.x += w * v[j][s].x;
-        acc.y += w * v[j][s].y;
-        acc.z += w * v[j][s].z;
-        acc.w += w * v[j][s].w;
-      }
-      const float factor = weights[k * kWeights + kMaxClusterSplits];
-      const int64_t row = c.t * a.num_heads + c.h0 + rank + splits * k;
-      *reinterpret_cast<uint2*>(a.out + row * kHeadDim + 4 * (i & 127)) = make_uint2(
-          pack_bf16(acc.x * factor, acc.y * factor), pack_bf16(acc.z * factor, acc.w * factor));
-    }
+  // The slice count as a template argument, and about 24 remote loads in flight per thread.
+  const int64_t row0 = c.t * a.num_heads + c.h0;
+  switch (splits) {
+    case 2:
+      return merge_cluster_columns<8, 2>(a, row0, peer, weights, rank, rows, t);
+    case 3:
+      return merge_cluster_columns<8, 3>(a, row0, peer, weights, rank, rows, t);
+    case 4:
+      return merge_cluster_columns<6, 4>(a, row0, peer, weights, rank, rows, t);
+    case 5:
+      return merge_cluster_columns<4, 5>(a, row0, peer, weights, rank, rows, t);
+    case 6:
+      return merge_cluster_columns<4, 6>(a, row0, peer, weights, rank, rows, t);
+    case 7:
+      return merge_cluster_columns<3, 7>(a, row0, peer, weights, rank, rows, t);
+    default:
+      return merge_cluster_columns<3, 8>(a, row0, peer, weights, rank, rows, t);
   }
 }
 

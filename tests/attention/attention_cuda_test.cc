@@ -385,8 +385,11 @@ std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
 // merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
 // row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
-// Unforced, 16 and 20 tokens x 64 heads and 4 x 128 take the prefill kernel's slices of pairs,
-// the others the decode kernel's slices of tiles; each kernel forced takes them all.
+// Unforced, 16, 20, 40 and 64 tokens x 64 or 32 heads and 4 x 128 take the prefill kernel's
+// slices of pairs, the others the decode kernel's slices of tiles; each kernel forced takes them
+// all. The prefill kernel's 2-8 slices merge inside a cluster (64 tokens x 32 heads: 2 slices;
+// 40 x 64: 3; 16 and 20 x 64: 5; forced, 8 x 8: 6, 1 x 16: 7, 1 x 100: 8), more (4 x 128: 9)
+// through the merge kernel.
 std::vector<Shape> split_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                       Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
@@ -396,7 +399,10 @@ std::vector<Shape> split_shapes(AttentionKernel kernel) {
                       Shape{3, 640, 100, 256, 2, 2, kDs, kDs, false, true},
                       Shape{48, 256, 1024, 2, 2, 5, kDs, kDs, true, true},
                       Shape{100, 200, 300, 64, 2, 1, kDs, kDs, false, true},
-                      Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true}},
+                      Shape{64, 128, 512, 256, 2, 20, kDs, kDs, true, true},
+                      Shape{32, 128, 512, 64, 64, 64, kDs, kDs, true, true},
+                      Shape{64, 128, 512, 64, 64, 40, kDs, kDs, false, true},
+                      Shape{16, 128, 300, 64, 2, 1, kDs, kDs, true, true}},
                      kernel);
 }
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
