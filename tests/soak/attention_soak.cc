@@ -29,7 +29,8 @@ constexpr CacheDtype kE4 = CacheDtype::kFp8E4m3;
 
 // Small shapes (a sampled call's two CPU references stay well under a second): heads that are
 // and are not multiples of the 16-head group, widths off multiples of 32, page sizes 2 to 256,
-// both kernels (fp8_ds_mla only: tensor cores on sm_90a), one or two segments, sinks, splits.
+// both kernels (fp8_ds_mla only: tensor cores on sm_90a), one or two segments, sinks, splits
+// (the last two: the prefill kernels' 5 slices merged inside a cluster).
 constexpr Shape kShapes[] = {
     {1, 1, 0, 64, 0, 8, kDs, kDs, false, false},
     {8, 63, 100, 64, 2, 16, kDs, kDs, true, false},
@@ -47,6 +48,8 @@ constexpr Shape kShapes[] = {
     {48, 200, 300, 64, 2, 3, kDs, kDs, false, true},
     {16, 1, 512, 64, 2, 8, kDs, kDs, true, false},
     {1, 2048, 0, 64, 0, 2, kE4, kE4, false, false},
+    {16, 128, 512, 64, 64, 16, kDs, kDs, true, true},
+    {24, 128, 512, 64, 64, 20, kBf, kBf, false, true},
 };
 
 std::string shape_name(const Shape& s) {
