@@ -150,6 +150,25 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
   }
 }
 
+// The configuration of `ctas` prefill CTAs (`smem` bytes each) in clusters of `size` along x.
+struct ClusterLaunch {
+  cudaLaunchAttribute cluster{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(unsigned ctas, unsigned size, size_t smem, cudaStream_t stream) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = size;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(kPrefillThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at this object's attribute
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // Whether clusters of `splits` CTAs of kKernel (`smem` bytes each) can run on this device at all
 // (a partition with few SMs per GPC may hold none); asked once per cluster size.
 template <auto kKernel>
@@ -157,18 +176,10 @@ bool clusters_fit(int splits, size_t smem) {
   static std::once_flag once[kMaxClusterSplits + 1];
   static bool fits[kMaxClusterSplits + 1] = {};
   std::call_once(once[splits], [splits, smem] {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(splits);
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(splits));
-    config.blockDim = dim3(kPrefillThreads);
-    config.dynamicSmemBytes = smem;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    const ClusterLaunch launch(static_cast<unsigned>(splits), static_cast<unsigned>(splits), smem,
+                               nullptr);
     int clusters = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config);
+    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config);
     if (err != cudaSuccess) cudaGetLastError();  // a refusal is an answer, not this call's error
     fits[splits] = err == cudaSuccess && clusters > 0;
   });
@@ -198,18 +209,9 @@ Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
     kKernel<<<ctas, kPrefillThreads, smem, stream>>>(a);
     return Status::Ok();
   }
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(a.splits);  // a.splits <= kMaxClusterSplits
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kPrefillThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kKernel, a);
+  // a.splits <= kMaxClusterSplits
+  const ClusterLaunch launch(ctas, static_cast<unsigned>(a.splits), smem, stream);
+  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, a);
   if (err != cudaSuccess) {
     return internal_error("sparse_attention: cannot launch clusters of ", a.splits,
                           " CTAs: ", cudaGetErrorString(err));
