@@ -81,10 +81,10 @@ __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, in
   return prefill_key_index(a, c, prefill_key(c.tile0, b, kKeys, key));
 }
 
-// The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted once
-// (head group 0, by the thread that passes `counter`).
+// The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted (by
+// head group 0; one thread resolves each key).
 __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& c, int b, int key,
-                                                  int32_t idx, bool counter) {
+                                                  int32_t idx) {
   if (idx == -1) return nullptr;
   const int64_t j = prefill_key(c.tile0, b, kKeys, key);
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
@@ -93,7 +93,7 @@ __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& 
     const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
     return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
   }
-  if (counter && c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
+  if (c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
   return nullptr;
 }
 
@@ -104,21 +104,26 @@ __device__ __forceinline__ int copy_key(int tid, int i) {
   return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
 }
 
-// Half `half` of a block into buffer buf (zeros for masked keys); the copies arrive on
+// A pair's keys as a producer thread copies them: rows[w][i] = key copy_key(tid, i) of block
+// 2 p + w (a masked key: Q's first row, a valid address that is never read); `valid` = the warp's
+// ballot of the keys' resolvers, bit 8 j + 4 w + i for the keys of lanes 8 j..8 j + 7.
+struct PairKeys {
+  const uint8_t* rows[2][4];
+  uint32_t valid;
+};
+
+// Half `half` of block 2 p + buf into buffer buf (zeros for masked keys); the copies arrive on
 // ready(buf, half) when they land. The first half of a buffer also carries the block's valid
 // mask (one lane per warp arrives).
 __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int buf, int half,
-                                          const uint8_t* const (&rows)[4], bool with_mask,
-                                          int tid) {
-  const int chunk = tid & 7;
+                                          const PairKeys& k, bool with_mask, int tid) {
+  const int chunk = tid & 7, group = (tid >> 3) & 3;
   const uint32_t dst = c.sbase + BL::kKOff + buf * BL::kBufBytes + 4 * half * BL::kColBlock;
 #pragma unroll
   for (int i = 0; i < 4 && !(kDecodeAblations && (a.ablate & kAblateProducer)); ++i) {
     const int key = copy_key(tid, i);
-    const bool valid = rows[i] != nullptr;
-    // A masked key reads nothing (zero fill), from Q's first row (a valid global address).
-    const uint8_t* src = (valid ? rows[i] : reinterpret_cast<const uint8_t*>(a.q) - half * 512) +
-                         half * 512 + chunk * 16;
+    const bool valid = (k.valid >> (8 * group + 4 * buf + i)) & 1u;
+    const uint8_t* src = k.rows[buf][i] + half * 512 + chunk * 16;
 #pragma unroll
     for (int cb = 0; cb < 4; ++cb) {
       ptx::cp_async_16_or_zero(dst + cb * BL::kColBlock + key * 128 + ((chunk ^ (key & 7)) << 4),
@@ -126,13 +131,12 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
     }
   }
   if (with_mask) {
-    // Lanes 0, 8, 16, 24 of warp w hold keys 16 w + 4 i + {0, 1, 2, 3}.
+    // Bit 4 i + j of warp v's mask: key 16 v + 4 i + j, the ballot's bit 8 j + 4 buf + i. The
+    // multiply gathers bits 0, 8, 16, 24 into bits 24..27 (no two partial products meet).
     uint32_t bits = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t lanes = __ballot_sync(0xffffffffu, rows[i] != nullptr);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bits |= ((lanes >> (8 * j)) & 1u) << (4 * i + j);
+      bits |= ((((k.valid >> (4 * buf + i)) & 0x01010101u) * 0x01020408u) >> 24) << (4 * i);
     }
     if ((tid & 31) == 0) {
       reinterpret_cast<uint16_t*>(c.base + BL::kMaskOff + 8 * buf)[tid >> 5] =
@@ -143,35 +147,38 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
   ptx::cp_async_mbar_arrive(ready_bar(c, buf, half));
 }
 
+// The 8 threads that copy the same keys (tid / 8 alike: keys copy_key(tid, i), i < 4, of both
+// blocks of a pair) resolve them once between them: lane 4 w + i of the group (tid % 8) resolves
+// key i of block 2 p + w and the group shares the rows by shuffles.
 __device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid) {
   const int pairs = (c.n + 1) / 2;
-  const bool counter = (tid & 7) == 0;
-  const uint8_t* rows[2][4];
-  int32_t next[2][4];
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) next[w][i] = key_index(a, c, w, copy_key(tid, i));
-  }
+  const int mine_w = (tid >> 2) & 1, mine_key = copy_key(tid, tid & 3);
+  const int group_lane0 = tid & 24;  // the group's first lane in the warp
+  PairKeys k;
+  int32_t next = key_index(a, c, mine_w, mine_key);
   for (int p = 0; p < pairs; ++p) {
     const uint32_t parity = (p - 1) & 1;  // the phase pair p - 1's frees completed
+    const uint8_t* mine = key_row(a, c, 2 * p + mine_w, mine_key, next);
+    next = key_index(a, c, 2 * p + 2 + mine_w, mine_key);
+    k.valid = __ballot_sync(0xffffffffu, mine != nullptr);
+    if (mine == nullptr) mine = reinterpret_cast<const uint8_t*>(a.q);
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        rows[w][i] = key_row(a, c, 2 * p + w, copy_key(tid, i), next[w][i], counter);
-        next[w][i] = key_index(a, c, 2 * p + 2 + w, copy_key(tid, i));
+        k.rows[w][i] = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(mine), group_lane0 + 4 * w + i));
       }
     }
     // B0.L, B1.R (freed by their own warpgroup's P V), then B0.R, B1.L (by the other's).
     if (p > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
-    fill_half(a, c, 0, 0, rows[0], true, tid);
+    fill_half(a, c, 0, 0, k, true, tid);
     if (p > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
-    fill_half(a, c, 1, 1, rows[1], true, tid);
+    fill_half(a, c, 1, 1, k, true, tid);
     if (p > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
-    fill_half(a, c, 0, 1, rows[0], false, tid);
+    fill_half(a, c, 0, 1, k, false, tid);
     if (p > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
-    fill_half(a, c, 1, 0, rows[1], false, tid);
+    fill_half(a, c, 1, 0, k, false, tid);
   }
   ptx::cp_async_wait<0>();
 }

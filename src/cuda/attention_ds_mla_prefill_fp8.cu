@@ -139,37 +139,55 @@ struct RawKey : std::conditional_t<kGroups, RawKeyTokens, RawKeyNoTokens> {
   bool valid;
 };
 
-// Starts the loads of block b's key (masked: nothing loaded); entries < -1 or past the cache are
-// counted once (head group 0, by part 0).
+// Where a producer thread's key of block b lies: its row and scale bytes (data == nullptr: masked),
+// in a query group the word of the tokens that use it. Resolved a block before the loads start,
+// so that the loads of a block go out at the top of the producer's loop.
+struct PrefillKeySource {
+  const uint8_t* data = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint32_t* tokens = nullptr;
+};
+
+// Resolves block b's key from its index entry; entries < -1 or past the cache are counted once
+// (head group 0, by part 0).
 template <class L>
-__device__ __forceinline__ void load_raw(const Args& a, const Cta<L>& c, int b, int tid,
-                                         int32_t idx, RawKey<L::kQueryGroups>& r) {
+__device__ __forceinline__ PrefillKeySource resolve_block_key(const Args& a, const Cta<L>& c, int b,
+                                                              int tid, int32_t idx) {
   const int key = tid >> 2, part = tid & 3;
-  r.valid = false;
-  if (idx == -1) return;
+  PrefillKeySource ref;
+  if (idx == -1) return ref;
   int64_t j = int64_t{b} * kBlockKeys + key;
   if constexpr (L::kSplitKeys) j += int64_t{c.tile0} * kBlockKeys;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
     uint32_t offset;
     const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
-    const uint8_t* data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
-#pragma unroll
-    for (int i = 0; i < kNopeChunks / 4; ++i) {
-      r.nope[i] = __ldg(reinterpret_cast<const uint4*>(data + (part + 4 * i) * 16));
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      r.rope[i] = __ldg(reinterpret_cast<const uint4*>(data + kNopeDim + (part + 4 * i) * 16));
-    }
-    r.scales = __ldg(reinterpret_cast<const uint2*>(
-        page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
-        static_cast<int64_t>(offset) * kDsMlaScaleBytes));
-    if constexpr (L::kQueryGroups) r.tokens = __ldg(a.unions.tokens_of(c.t) + j);
-    r.valid = true;
+    ref.data = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
+    ref.scales = page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
+                 static_cast<int64_t>(offset) * kDsMlaScaleBytes;
+    if constexpr (L::kQueryGroups) ref.tokens = a.unions.tokens_of(c.t) + j;
   } else if (part == 0 && c.h0 == 0 && a.bad_count != nullptr) {
     atomicAdd(a.bad_count, 1);
   }
+  return ref;
+}
+
+// Starts the loads of a resolved key's share (masked: nothing loaded).
+template <bool kGroups>
+__device__ __forceinline__ void load_raw(const PrefillKeySource& ref, int tid, RawKey<kGroups>& r) {
+  const int part = tid & 3;
+  r.valid = ref.data != nullptr;
+  if (!r.valid) return;
+#pragma unroll
+  for (int i = 0; i < kNopeChunks / 4; ++i) {
+    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(ref.data + (part + 4 * i) * 16));
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(ref.data + kNopeDim + (part + 4 * i) * 16));
+  }
+  r.scales = __ldg(reinterpret_cast<const uint2*>(ref.scales));
+  if constexpr (kGroups) r.tokens = __ldg(ref.tokens);
 }
 
 // That share decoded into buffer `k` (zero rows for a masked key), as the decode kernel's
@@ -211,12 +229,14 @@ __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid)
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
   const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);  // profile builds
   RawKey<L::kQueryGroups> cur, next;
-  load_raw(a, c, 0, tid, block_index(a, c, 0, key), cur);
-  int32_t idx = block_index(a, c, 1, key);
+  load_raw(resolve_block_key(a, c, 0, tid, block_index(a, c, 0, key)), tid, cur);
+  PrefillKeySource ref = resolve_block_key(a, c, 1, tid, block_index(a, c, 1, key));
+  int32_t idx = block_index(a, c, 2, key);
   for (int b = 0; b < blocks; ++b) {
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
-    const int32_t after = block_index(a, c, b + 2, key);
-    if (!no_bytes) load_raw(a, c, b + 1, tid, idx, next);
+    const int32_t after = block_index(a, c, b + 3, key);
+    if (!no_bytes) load_raw(ref, tid, next);
+    ref = resolve_block_key(a, c, b + 2, tid, idx);
     clk.lap(2);
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
     clk.lap(0);

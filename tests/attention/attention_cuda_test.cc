@@ -567,72 +567,71 @@ void expect_masked_and_counted(DeviceProblem& dev, const SparseAttentionParams& 
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
-// Each entry is counted once however many head groups read it: 40 heads (one group) and 100
-// (two); entries in both 16-key halves of the first block.
-TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
-  SKIP_WITHOUT_GPU();
-  for (const int32_t heads : {40, 100}) {
-    SCOPED_TRACE(heads);
-    SmallProblem p(heads, 8, 64);
-    int32_t planted = 0;
-    IndexRows masked = p.rows;
-    for (int64_t t = 0; t < 8; ++t) {
-      p.rows.lens[t] = std::max(p.rows.lens[t], 18);
-      masked.lens[t] = p.rows.lens[t];
-      for (int32_t j = 0; j < 18; ++j) {  // fill_rows leaves garbage past its lens
-        int32_t& e = p.rows.data[t * 64 + j];
-        if (e != -1 && (e < kPoisonSlots || e >= p.cache.num_slots())) {
-          e = masked.data[t * 64 + j] = kPoisonSlots + j;
+// 8 tokens x 64-wide rows, lens at least 18, where plant(t, row, masked_row) writes bad entries
+// into token t's row (and -1 in their place into the reference's) and returns how many. Each
+// entry must be counted once however many head groups read it (40 heads: one group, 100: two),
+// under both cache dtypes and both kernels (each producer resolves and counts keys its own way);
+// the CPU refuses the planted rows with `cpu_error`.
+template <class Plant>
+void expect_planted_entries_masked_and_counted(const std::vector<std::string>& cpu_error,
+                                               Plant plant) {
+  for (const CacheDtype dtype : {kDs, CacheDtype::kBf16}) {
+    for (const AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+      for (const int32_t heads : {40, 100}) {
+        SCOPED_TRACE(std::string(dtype == kDs ? "fp8_ds_mla" : "bf16") +
+                     (kernel == AttentionKernel::kDecode ? " decode " : " prefill ") +
+                     std::to_string(heads) + " heads");
+        SmallProblem p(heads, 8, 64, dtype);
+        p.hp.kernel = kernel;
+        int32_t planted = 0;
+        IndexRows masked = p.rows;
+        for (int64_t t = 0; t < 8; ++t) {
+          p.rows.lens[t] = std::max(p.rows.lens[t], 18);
+          masked.lens[t] = p.rows.lens[t];
+          for (int32_t j = 0; j < 18; ++j) {  // fill_rows leaves garbage past its lens
+            int32_t& e = p.rows.data[t * 64 + j];
+            if (e != -1 && (e < kPoisonSlots || e >= p.cache.num_slots())) {
+              e = masked.data[t * 64 + j] = kPoisonSlots + j;
+            }
+          }
+          planted += plant(t, &p.rows.data[t * 64], &masked.data[t * 64], p.cache.num_slots());
         }
-      }
-      for (int32_t j : {0, 2, 17}) {
-        p.rows.data[t * 64 + j] = static_cast<int32_t>(p.cache.num_slots() + 1000 * t + j);
-        masked.data[t * 64 + j] = -1;
-        ++planted;
+        std::vector<double> ref_out(8 * heads * kHeadDim), ref_lse(8 * heads);
+        EXPECT_TRUE(testing::IsInvalidArgument(
+            sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()), cpu_error));
+        DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+        expect_masked_and_counted(dev, p.hp, masked, planted);
       }
     }
-    // The CPU refuses those entries; with -1 in their place it is the reference.
-    std::vector<double> ref_out(8 * heads * kHeadDim), ref_lse(8 * heads);
-    EXPECT_TRUE(
-        testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
-                                   {"params.swa_indices[0][0]: slot", "is outside the cache"}));
-    DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-    expect_masked_and_counted(dev, p.hp, masked, planted);
   }
+}
+
+// Entries in both 16-key halves of the first block.
+TEST(AttentionCuda, OutOfRangeEntriesInsideTheLengthAreMaskedAndCounted) {
+  SKIP_WITHOUT_GPU();
+  expect_planted_entries_masked_and_counted(
+      {"params.swa_indices[0][0]: slot", "is outside the cache"},
+      [](int64_t t, int32_t* row, int32_t* masked, int64_t slots) {
+        for (int32_t j : {0, 2, 17}) {
+          row[j] = static_cast<int32_t>(slots + 1000 * t + j);
+          masked[j] = -1;
+        }
+        return 3;
+      });
 }
 
 TEST(AttentionCuda, EntriesBelowMinusOneInsideTheLengthAreMaskedAndCounted) {
   SKIP_WITHOUT_GPU();
-  for (const int32_t heads : {40, 100}) {  // one head group, two
-    SCOPED_TRACE(heads);
-    SmallProblem p(heads, 8, 64);
-    int32_t planted = 0;
-    IndexRows masked = p.rows;
-    for (int64_t t = 0; t < 8; ++t) {
-      p.rows.lens[t] = std::max(p.rows.lens[t], 18);
-      masked.lens[t] = p.rows.lens[t];
-      for (int32_t j = 0; j < 18; ++j) {  // fill_rows leaves garbage past its lens
-        int32_t& e = p.rows.data[t * 64 + j];
-        if (e != -1 && (e < kPoisonSlots || e >= p.cache.num_slots())) {
-          e = masked.data[t * 64 + j] = kPoisonSlots + j;
+  expect_planted_entries_masked_and_counted(
+      {"params.swa_indices[0][0]: slot -2 is below -1"},
+      [](int64_t t, int32_t* row, int32_t* masked, int64_t) {
+        row[1] = masked[1] = -1;  // a hole: skipped, not counted
+        for (int32_t j : {0, 2, 17}) {
+          row[j] = j == 0 ? -2 - static_cast<int32_t>(t) : -2147483647 - 1;
+          masked[j] = -1;
         }
-      }
-      p.rows.data[t * 64 + 1] = -1;  // a hole: skipped, not counted
-      masked.data[t * 64 + 1] = -1;
-      for (int32_t j : {0, 2, 17}) {
-        p.rows.data[t * 64 + j] = j == 0 ? -2 - static_cast<int32_t>(t) : -2147483647 - 1;
-        masked.data[t * 64 + j] = -1;
-        ++planted;
-      }
-    }
-    // The CPU refuses those entries; with -1 in their place it is the reference.
-    std::vector<double> ref_out(8 * heads * kHeadDim), ref_lse(8 * heads);
-    EXPECT_TRUE(
-        testing::IsInvalidArgument(sparse_attention_reference(p.hp, ref_out.data(), ref_lse.data()),
-                                   {"params.swa_indices[0][0]: slot -2 is below -1"}));
-    DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
-    expect_masked_and_counted(dev, p.hp, masked, planted);
-  }
+        return 3;
+      });
 }
 
 TEST(AttentionCuda, QueryGroupsMaskAndCountOutOfRangeEntriesOncePerToken) {
