@@ -182,13 +182,8 @@ __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_const
       }
     }
   }
-  float lse = INFINITY, factor = 0.0f;
-  if (m != -INFINITY) {
-    lse = (m + log2f(l)) * kLn2;
-    factor = 1.0f / l;
-    const int head = static_cast<int>(row % a.num_heads);
-    if (a.sinks != nullptr) factor /= 1.0f + expf(a.sinks[head] - lse);
-  }
+  const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + row % a.num_heads : nullptr);
+  const float factor = f.factor;
   uint16_t* y = a.out + row * kHeadDim;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
@@ -196,7 +191,7 @@ __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_const
         make_uint2(pack_bf16(acc[j].x * factor, acc[j].y * factor),
                    pack_bf16(acc[j].z * factor, acc[j].w * factor));
   }
-  if (col == 0) a.lse[row] = lse;
+  if (col == 0) a.lse[row] = f.lse;
 }
 
 // The merge for `rows` rows: 128 threads a row while they fit the SMs in one wave (the 128-thread

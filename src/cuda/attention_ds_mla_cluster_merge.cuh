@@ -80,6 +80,22 @@ __device__ __forceinline__ void merge_cluster_columns(const Args& a, const int64
   }
 }
 
+// merge_cluster_columns with the slice count `splits` (2..kMaxClusterSplits) as a template
+// argument and about 24 remote loads in flight per thread (24 / splits columns, 3 to 8).
+template <int kSplits = 2>
+__device__ __forceinline__ void merge_cluster_columns_for(int splits, const Args& a, int64_t row0,
+                                                          const uint32_t (&peer)[kMaxClusterSplits],
+                                                          const float* weights, int rank, int rows,
+                                                          int t) {
+  if constexpr (kSplits < kMaxClusterSplits) {
+    if (splits != kSplits) {
+      return merge_cluster_columns_for<kSplits + 1>(splits, a, row0, peer, weights, rank, rows, t);
+    }
+  }
+  constexpr int kItems = 24 / kSplits < 3 ? 3 : (24 / kSplits > 8 ? 8 : 24 / kSplits);
+  merge_cluster_columns<kItems, kSplits>(a, row0, peer, weights, rank, rows, t);
+}
+
 // After a cluster barrier: this CTA (rank c.split) finishes rows c.split + a.splits k of its
 // head group from every rank's stash and (max, sum) at L::kMlOff, by the 256 math threads (t =
 // 0..255); the same arithmetic as ds_mla_merge_kernel. Each row's weights 2^(m_s - M) and final
@@ -119,34 +135,12 @@ __device__ __forceinline__ void merge_cluster_rows(const Args& a, const Cta<L>& 
       weights[t * kWeights + s] = w;
     }
     const int64_t row = c.t * a.num_heads + c.h0 + r;
-    float lse = INFINITY, factor = 0.0f;  // no valid key: out 0, lse +inf
-    if (m != -INFINITY) {
-      lse = (m + log2f(l)) * kLn2;
-      factor = 1.0f / l;
-      if (a.sinks != nullptr) factor /= 1.0f + expf(a.sinks[c.h0 + r] - lse);
-    }
-    weights[t * kWeights + kMaxClusterSplits] = factor;
-    a.lse[row] = lse;
+    const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + c.h0 + r : nullptr);
+    weights[t * kWeights + kMaxClusterSplits] = f.factor;
+    a.lse[row] = f.lse;
   }
   ptx::named_barrier(6, 256);  // the weights are in shared memory
-  // The slice count as a template argument, and about 24 remote loads in flight per thread.
-  const int64_t row0 = c.t * a.num_heads + c.h0;
-  switch (splits) {
-    case 2:
-      return merge_cluster_columns<8, 2>(a, row0, peer, weights, rank, rows, t);
-    case 3:
-      return merge_cluster_columns<8, 3>(a, row0, peer, weights, rank, rows, t);
-    case 4:
-      return merge_cluster_columns<6, 4>(a, row0, peer, weights, rank, rows, t);
-    case 5:
-      return merge_cluster_columns<4, 5>(a, row0, peer, weights, rank, rows, t);
-    case 6:
-      return merge_cluster_columns<4, 6>(a, row0, peer, weights, rank, rows, t);
-    case 7:
-      return merge_cluster_columns<3, 7>(a, row0, peer, weights, rank, rows, t);
-    default:
-      return merge_cluster_columns<3, 8>(a, row0, peer, weights, rank, rows, t);
-  }
+  merge_cluster_columns_for(splits, a, c.t * a.num_heads + c.h0, peer, weights, rank, rows, t);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -106,6 +106,23 @@ __device__ __forceinline__ const uint8_t* slot_page(const Segment& s, uint32_t i
   return s.cache + static_cast<int64_t>(block) * s.page_stride;
 }
 
+// A finished row from its running max m (log2 units) and sum l: its lse (natural log) and the
+// factor its unnormalised O takes (1 / l, shared with the sink's weight `sink`, a logit; nullptr:
+// none). No valid key (m = -inf): lse +inf and factor 0, so the row is zeros.
+struct RowFinish {
+  float lse = INFINITY;
+  float factor = 0.0f;
+};
+__device__ __forceinline__ RowFinish finish_row(float m, float l, const float* sink) {
+  RowFinish f;
+  if (m != -INFINITY) {
+    f.lse = (m + log2f(l)) * kLn2;
+    f.factor = 1.0f / l;
+    if (sink != nullptr) f.factor /= 1.0f + expf(*sink - f.lse);
+  }
+  return f;
+}
+
 // The query groups' key lists (docs/design.md#query-groups): one union per group, its rows of
 // `cap` entries (query_group x (SWA width + extra width)); built by query_group_union_kernel.
 struct QueryGroupUnions {

@@ -28,14 +28,10 @@ __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r,
   const int64_t row = L::kQueryGroups ? c.row(a, r) : c.t * a.num_heads + head;
   RowOut o;
   if (a.splits == 1) {
-    float lse = INFINITY;  // no valid key: out 0, lse +inf
-    if (m != -INFINITY) {
-      lse = (m + log2f(l)) * kLn2;
-      o.factor = 1.0f / l;
-      if (a.sinks != nullptr) o.factor /= 1.0f + expf(a.sinks[head] - lse);
-    }
+    const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + head : nullptr);
+    o.factor = f.factor;
     o.y = a.out + row * kHeadDim;
-    if (writer) a.lse[row] = lse;
+    if (writer) a.lse[row] = f.lse;
   } else {
     const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
     o.py = a.partial_o + prow * kHeadDim;
