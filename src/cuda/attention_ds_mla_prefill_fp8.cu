@@ -221,7 +221,8 @@ __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, 
 }
 
 // fp8_ds_mla producer: block b + 1's bytes are loaded into registers while block b is decoded
-// into its buffer; every thread arrives on ready(buf) after its stores.
+// into its buffer (block b + 2's key resolved and block b + 3's index entry loaded meanwhile);
+// every thread arrives on ready(buf) after its stores.
 template <class L>
 __device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid) {
   RoleClock clk(a, 0);  // slots: free waits, decodes, next block's loads
