@@ -183,13 +183,12 @@ __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_const
     }
   }
   const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + row % a.num_heads : nullptr);
-  const float factor = f.factor;
   uint16_t* y = a.out + row * kHeadDim;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     *reinterpret_cast<uint2*>(y + 4 * (col + kThreads * j)) =
-        make_uint2(pack_bf16(acc[j].x * factor, acc[j].y * factor),
-                   pack_bf16(acc[j].z * factor, acc[j].w * factor));
+        make_uint2(pack_bf16(acc[j].x * f.factor, acc[j].y * f.factor),
+                   pack_bf16(acc[j].z * f.factor, acc[j].w * f.factor));
   }
   if (col == 0) a.lse[row] = f.lse;
 }

@@ -84,6 +84,13 @@ __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
 }
 
+// Whether this launch's slices (of a kernel with layout L) merge inside their cluster
+// (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
+template <class L>
+__device__ __forceinline__ bool merges_in_cluster(const Args& a) {
+  return L::kSplitKeys && a.cluster_merge;
+}
+
 // The end of math warpgroup w's pair loop: the row sums of both warpgroups, (max, sum) for
 // row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l:
 // this thread's part of warpgroup w's sums; row: the thread's first accumulator row (and row + 8).
@@ -108,7 +115,7 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
     }
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
-  if (L::kSplitKeys && a.cluster_merge) {
+  if (merges_in_cluster<L>(a)) {
     stash_rows(c, o, w, row, lane);  // merged at the end of run_prefill_roles
   } else {
     write_rows(a, c, o, w, row, lane, 128 * w + tid);
@@ -127,7 +134,7 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
   if (wg == 2) {
     ptx::setmaxnreg_dec<kProducerRegs>();
     producer(tid - 256);
-    if (L::kSplitKeys && a.cluster_merge) {
+    if (merges_in_cluster<L>(a)) {
       ptx::cluster_sync();
       ptx::cluster_sync();
     }
@@ -141,7 +148,7 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
     } else {
       math(std::integral_constant<int, 1>{}, tid - 128);
     }
-    if (L::kSplitKeys && a.cluster_merge) {
+    if (merges_in_cluster<L>(a)) {
       static_assert(kQOff + kStashBytes <= L::kPOff, "the stash must not reach P or the barriers");
       ptx::cluster_sync();
       merge_cluster_rows(a, c, tid);
