@@ -494,6 +494,10 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
                             0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
                             p.num_heads, " heads, got ", p.num_tokens);
   }
+  if (p.num_tokens > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(encode_head_rows(a.q_map, p.q, p.num_tokens, p.num_heads));
+    SPARSE_SWA_RETURN_IF_ERROR(encode_head_rows(a.out_map, p.out, p.num_tokens, p.num_heads));
+  }
   static unsigned long long* timeline = nullptr;
 #if defined(SPARSE_SWA_ATTENTION_PROFILE)
   const bool record = (ablate & kTimeline) && !stream_capturing(stream);

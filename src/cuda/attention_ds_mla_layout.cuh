@@ -3,7 +3,11 @@
 // layout per cache kind, kernel arguments and per-CTA state, shared by its roles' headers.
 #pragma once
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <cstdint>
+#include <mutex>
 
 #include "cuda/mma_ptx.cuh"
 #include "sparse_swa/attention.h"
@@ -160,7 +164,47 @@ struct Args {
   // 1: a (token, head group)'s slices run as one cluster of `splits` CTAs and merge through
   // distributed shared memory (attention_ds_mla_cluster_merge.cuh); partial_o, partial_ml unused.
   int32_t cluster_merge;
+  // q and out for the tensor-memory accelerator (encode_head_rows): [T][H][512] bf16 tensors in
+  // boxes of one token's 64 heads x 64 dims, laid out as sw128 tiles; heads past H are zeros when
+  // loaded and left alone when stored.
+  CUtensorMap q_map, out_map;
 };
+// `map` describes rows [T][H][512] bf16 at `base` (q or out) in boxes of 64 dims x 64 heads x one
+// token with the 128-byte swizzle (a box is one sw128 column block of a head group). The driver's
+// encoder is looked up once.
+inline Status encode_head_rows(CUtensorMap& map, const uint16_t* base, int64_t tokens, int heads) {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  std::call_once(once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    } else {
+      cudaGetLastError();
+    }
+  });
+  if (encode == nullptr) {
+    return internal_error("sparse_attention: the CUDA driver offers no cuTensorMapEncodeTiled");
+  }
+  const cuuint64_t dims[3] = {kHeadDim, static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(tokens)};
+  const cuuint64_t strides[2] = {kHeadDim * 2, static_cast<cuuint64_t>(heads) * kHeadDim * 2};
+  const cuuint32_t box[3] = {64, kGroupHeads, 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(base), dims, strides,
+             box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return internal_error("sparse_attention: cuTensorMapEncodeTiled refused [", tokens, ", ", heads,
+                          ", 512] bf16 rows (CUresult ", static_cast<int>(r), ")");
+  }
+  return Status::Ok();
+}
+
 // The prefill kernels, split or not: on fp8_ds_mla caches (attention_ds_mla_prefill_fp8.cu) and
 // on bf16 caches (attention_ds_mla_prefill_bf16.cu).
 Status launch_prefill_fp8(Args& a, cudaStream_t stream);

@@ -84,6 +84,18 @@ __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
 }
 
+// Q's 8 column blocks by the tensor map, completing on `q_bar` (one thread, once per CTA).
+template <class L>
+__device__ __forceinline__ void start_q_load(const Args& a, const Cta<L>& c, uint32_t q_bar) {
+  static_assert(!L::kQueryGroups, "the tensor map holds Q per token");
+  ptx::mbar_arrive_expect_tx(q_bar, kQBytes);
+#pragma unroll
+  for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+    ptx::tma_load_3d(c.sbase + kQOff + cb * kGroupHeads * 128, &a.q_map, 64 * cb, c.h0,
+                     static_cast<int>(c.t), q_bar);
+  }
+}
+
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>
@@ -123,13 +135,15 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
 }
 
 // The roles of a prefill CTA once its barriers are set up: warpgroup 2 runs `producer(t)` (t =
-// its thread, 0..127; it starts while the math warpgroups load Q), warpgroups 0 and 1 load Q and
-// run `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them. A
+// its thread, 0..127; it starts while Q arrives), warpgroups 0 and 1 wait for Q (per token: on
+// `q_bar`, start_q_load's barrier; query groups: they load it themselves) and run
+// `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them. A
 // cluster-merged split CTA then merges its rows (the math warpgroups, which hold the registers)
 // between two cluster barriers; the second keeps each stash until the whole cluster has read it.
 template <int kMathRegs, int kProducerRegs, class L, class Producer, class Math>
 __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c, int tid,
-                                                  Producer&& producer, Math&& math) {
+                                                  Producer&& producer, Math&& math,
+                                                  uint32_t q_bar) {
   const int wg = tid >> 7;
   if (wg == 2) {
     ptx::setmaxnreg_dec<kProducerRegs>();
@@ -140,9 +154,13 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
     }
   } else {
     ptx::setmaxnreg_inc<kMathRegs>();
-    load_q<256>(a, c, tid);  // by the 256 math threads
-    ptx::fence_proxy_async();
-    ptx::named_barrier(4, 256);
+    if constexpr (!L::kQueryGroups) {
+      ptx::mbar_wait(q_bar, 0);  // Q by the tensor map (start_q_load)
+    } else {
+      load_q<256>(a, c, tid);  // by the 256 math threads
+      ptx::fence_proxy_async();
+      ptx::named_barrier(4, 256);
+    }
     if (wg == 0) {
       math(std::integral_constant<int, 0>{}, tid);
     } else {

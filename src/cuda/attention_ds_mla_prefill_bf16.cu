@@ -61,7 +61,7 @@ struct Bf16PrefillLayout {
   // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, then the handoffs between the math
   // warpgroups (kMax0, kMax1, kP0, kP1).
   static constexpr int kBarOff = kMaskOff + 16;
-  static constexpr size_t kSmem = kBarOff + 12 * 8 + 1024;
+  static constexpr size_t kSmem = kBarOff + 13 * 8 + 1024;
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0);
 };
@@ -75,6 +75,9 @@ __device__ __forceinline__ uint32_t ready_bar(const Cta<BL>& c, int buf, int hal
 __device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half) {
   return c.sbase + BL::kBarOff + 8 * (4 + 2 * buf + half);
 }
+
+// Q's arrival (start_q_load).
+__device__ __forceinline__ uint32_t q_bar(const Cta<BL>& c) { return c.sbase + BL::kBarOff + 96; }
 
 // The index entry of key `key` of block b, or -1.
 __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
@@ -431,11 +434,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       }
     }
     for (int i = 0; i < 4; ++i) ptx::mbar_init(handoff_bar(c, i), 128);
+    ptx::mbar_init(q_bar(c), 1);
   }
   __syncthreads();
+  if (tid == 0) start_q_load(a, c, q_bar(c));
   run_prefill_roles<kMathRegs, kProducerRegs>(
       a, c, tid, [&](int t) { prefill_producer(a, c, t); },
-      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); });
+      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
 #endif

@@ -70,7 +70,7 @@ struct PrefillLayout : PrefillBuffers {
   static constexpr bool kSplitKeys = kSplit;
   static constexpr int kMaskWords = kGroups ? kMaxQueryGroup : 1;       // [4][kMaskWords] uint32
   static constexpr int kBarOff = kMaskOff + 4 * kBuffers * kMaskWords;  // ready[4], free[4]
-  static constexpr size_t kSmem = kBarOff + 2 * kBuffers * 8 + 1024;    // + alignment slack
+  static constexpr size_t kSmem = kBarOff + (2 * kBuffers + 1) * 8 + 1024;  // + alignment slack
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
@@ -84,6 +84,11 @@ __device__ __forceinline__ uint32_t ready_bar(const Cta<L>& c, int b) {
 template <class L>
 __device__ __forceinline__ uint32_t free_bar(const Cta<L>& c, int b) {
   return c.sbase + L::kBarOff + 8 * (kBuffers + b);
+}
+// Q's arrival (start_q_load; unused with query groups, whose math threads load Q).
+template <class L>
+__device__ __forceinline__ uint32_t q_bar(const Cta<L>& c) {
+  return c.sbase + L::kBarOff + 8 * (2 * kBuffers);
 }
 
 // ---- producer: four threads per key ----
@@ -471,11 +476,15 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       ptx::mbar_init(ready_bar(c, b), 128);
       ptx::mbar_init(free_bar(c, b), 256);
     }
+    ptx::mbar_init(q_bar(c), 1);
   }
   __syncthreads();
+  if constexpr (!kGroups) {
+    if (tid == 0) start_q_load(a, c, q_bar(c));
+  }
   run_prefill_roles<kMathRegs, kProducerRegs>(
       a, c, tid, [&](int t) { decode_prefill_producer(a, c, t); },
-      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); });
+      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
 #endif

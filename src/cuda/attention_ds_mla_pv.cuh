@@ -156,24 +156,56 @@ __device__ __forceinline__ void for_each_pair(const Args& a, const Cta<L>& c,
 }
 
 // The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
-// way of shared memory: the accumulator fragments go into a [64, 512] bf16 tile over Q's bytes
-// (free once barrier 2 has passed: every QK step done), 1024-byte rows with the 16-byte chunks
-// XOR-ed with row % 8, then the 256 PV threads store whole rows in coalesced 16-byte pieces (the
-// launcher refuses an `out` that is not 16-byte aligned).
+// way of shared memory: the accumulator fragments go into sw128 column blocks over Q's bytes (free
+// once barrier 2 has passed: every QK step done), then each warpgroup's four blocks go out by the
+// tensor map (one token's 64 heads x 64 dims a box; heads past H are not written). Query groups'
+// rows span tokens, so their 256 threads store whole 1024-byte rows in 16-byte pieces instead
+// (the launcher refuses an `out` that is not 16-byte aligned).
 template <class L>
 __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
   uint8_t* tile = c.base + kQOff;
-  for_each_pair(a, c, o, g, row, lane, [tile](int r, const RowOut& ro, int col, float x, float y) {
-    *reinterpret_cast<uint32_t*>(tile + r * 1024 + (((col >> 3) ^ (r & 7)) << 4) + (col & 7) * 2) =
-        pack_bf16(x * ro.factor, y * ro.factor);
-  });
-  ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
-  uint16_t* dst = a.out + (L::kQueryGroups ? c.row(a, 0) : c.t * a.num_heads + c.h0) * kHeadDim;
-  for (int i = tid256; i < c.heads * 64; i += 256) {
-    const int r = i >> 6, ch = i & 63;
-    *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =
-        *reinterpret_cast<const uint4*>(tile + r * 1024 + ((ch ^ (r & 7)) << 4));
+  if constexpr (!L::kQueryGroups) {
+    const float2* ml = reinterpret_cast<const float2*>(c.base + L::kMlOff);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half;
+      const int head = c.h0 + r;
+      const RowFinish f =
+          finish_row(ml[r].x, ml[r].y, a.sinks != nullptr ? a.sinks + head : nullptr);
+      if (g == 0 && (lane & 3) == 0 && r < c.heads) a.lse[c.t * a.num_heads + head] = f.lse;
+      uint8_t* dst = tile + r * 128 + 4 * (lane & 3);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int cb = 4 * g + (j >> 3);
+        *reinterpret_cast<uint32_t*>(dst + cb * (kGroupHeads * 128) + (((j & 7) ^ (r & 7)) << 4)) =
+            pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * f.factor,
+                      o[j >> 4][4 * (j & 15) + 2 * half + 1] * f.factor);
+      }
+    }
+    ptx::fence_proxy_async();
+    ptx::named_barrier(7 + g, 128);  // warpgroup g's column blocks are complete
+    if ((tid256 & 127) == 0) {
+#pragma unroll
+      for (int cb = 4 * g; cb < 4 * g + 4; ++cb) {
+        ptx::tma_store_3d(&a.out_map, 64 * cb, c.h0, static_cast<int>(c.t),
+                          c.sbase + kQOff + cb * kGroupHeads * 128);
+      }
+      ptx::tma_store_wait_read();
+    }
+  } else {
+    for_each_pair(a, c, o, g, row, lane,
+                  [tile](int r, const RowOut& ro, int col, float x, float y) {
+                    *reinterpret_cast<uint32_t*>(tile + sw128(r, col, kGroupHeads)) =
+                        pack_bf16(x * ro.factor, y * ro.factor);
+                  });
+    ptx::named_barrier(3, 256);  // the PV warpgroups' tile is complete
+    uint16_t* dst = a.out + c.row(a, 0) * kHeadDim;
+    for (int i = tid256; i < c.heads * 64; i += 256) {
+      const int r = i >> 6, ch = i & 63;
+      *reinterpret_cast<uint4*>(dst + r * kHeadDim + ch * 8) =
+          *reinterpret_cast<const uint4*>(tile + sw128(r, ch * 8, kGroupHeads));
+    }
   }
 }
 
