@@ -29,8 +29,12 @@ constexpr int kPrefillThreads = 384;
 // c.total the end of its keys. Without kSplit (a.splits = 1) the CTA takes the whole list from
 // c.tile0 = 0. With query groups (L::kQueryGroups, never split), CTA blockIdx.x = a query group,
 // all heads of its tokens as rows, and the group's union as the key list.
+//
+// In two steps, so that nothing waits for the lens before Q's load and the first index entries
+// are on their way: start_prefill_cta places the CTA and loads the lens (c.len0, c.total hold
+// them raw), settle_prefill_cta clamps them and works out the slice.
 template <bool kSplit, class L>
-__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
+__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c) {
   c.split = 0;
   if constexpr (L::kQueryGroups) {
     c.h0 = 0;
@@ -50,8 +54,16 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
       c.t = blockIdx.x / a.groups;
     }
     c.heads = min(kGroupHeads, a.num_heads - c.h0);
-    c.len0 = min(max(a.seg0.lens[c.t], 0), a.seg0.width);
-    const int32_t len1 = a.num_segments > 1 ? min(max(a.seg1.lens[c.t], 0), a.seg1.width) : 0;
+    c.len0 = a.seg0.lens[c.t];
+    c.total = a.num_segments > 1 ? a.seg1.lens[c.t] : 0;
+  }
+}
+template <bool kSplit, class L>
+__device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
+  if constexpr (!L::kQueryGroups) {
+    c.len0 = min(max(c.len0, 0), a.seg0.width);
+    const int32_t len1 =
+        a.num_segments > 1 ? min(max(static_cast<int32_t>(c.total), 0), a.seg1.width) : 0;
     c.total = int64_t{c.len0} + len1;
   }
   c.tile0 = 0;
@@ -68,6 +80,16 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, int 
   }
 }
 
+// The index entry of key j (< 2 block_keys) of a slice that starts at the list's first key, loaded
+// before the lens are known: the SWA entry j, which is key j whenever j < len0 (first_key_index
+// checks that once the CTA is settled). -1 where it cannot be: past the SWA width, in a slice of a
+// split that starts later, or with query groups (their lists are the unions).
+template <class L>
+__device__ __forceinline__ int32_t early_key_index(const Args& a, const Cta<L>& c, int64_t j) {
+  if (L::kQueryGroups || c.split != 0 || j >= a.seg0.width) return -1;
+  return a.seg0.indices[c.t * a.seg0.row_stride + j];
+}
+
 // Key `key` of block b of the CTA's slice, as a place in the token's key list.
 __device__ __forceinline__ int64_t prefill_key(int32_t tile0, int b, int block_keys, int key) {
   return (int64_t{tile0} + b) * block_keys + key;
@@ -82,6 +104,14 @@ __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>
   const bool swa = j < c.len0;
   const Segment& s = swa ? a.seg0 : a.seg1;
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
+}
+
+// The index entry of key j of the slice's first blocks, given early_key_index's guess for it.
+template <class L>
+__device__ __forceinline__ int32_t first_key_index(const Args& a, const Cta<L>& c, int64_t j,
+                                                   int32_t early) {
+  if (!L::kQueryGroups && c.split == 0 && j < c.len0) return early;  // j < len0 <= total
+  return prefill_key_index(a, c, j);
 }
 
 // Q's 8 column blocks by the tensor map, completing on `q_bar` (one thread, once per CTA).

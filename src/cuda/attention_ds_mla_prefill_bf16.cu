@@ -153,12 +153,15 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
 // The 8 threads that copy the same keys (tid / 8 alike: keys copy_key(tid, i), i < 4, of both
 // blocks of a pair) resolve them once between them: lane 4 w + i of the group (tid % 8) resolves
 // key i of block 2 p + w and the group shares the rows by shuffles.
-__device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid) {
+// The key a producer thread resolves of each pair: key_mine(tid) of block 2 p + (tid / 4) % 2.
+__device__ __forceinline__ int key_mine(int tid) { return copy_key(tid, tid & 3); }
+// early: early_key_index of the thread's key of pair 0 (issued before the lens were known).
+__device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid, int32_t early) {
   const int pairs = (c.n + 1) / 2;
-  const int mine_w = (tid >> 2) & 1, mine_key = copy_key(tid, tid & 3);
+  const int mine_w = (tid >> 2) & 1, mine_key = key_mine(tid);
   const int group_lane0 = tid & 24;  // the group's first lane in the warp
   PairKeys k;
-  int32_t next = key_index(a, c, mine_w, mine_key);
+  int32_t next = first_key_index(a, c, prefill_key(c.tile0, mine_w, kKeys, mine_key), early);
   for (int p = 0; p < pairs; ++p) {
     const uint32_t parity = (p - 1) & 1;  // the phase pair p - 1's frees completed
     const uint8_t* mine = key_row(a, c, 2 * p + mine_w, mine_key, next);
@@ -424,7 +427,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<BL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<true>(a, c, kKeys);
+  start_prefill_cta<true>(a, c);
+  // The producer's first index entry goes out with the lens, before the barrier (so that nothing
+  // is scheduled to wait for the lens ahead of it).
+  const int pt = tid - 256;  // producer thread
+  const int32_t early =
+      pt >= 0 ? early_key_index(a, c, prefill_key(0, (pt >> 2) & 1, kKeys, key_mine(pt))) : -1;
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int h = 0; h < 2; ++h) {
@@ -438,8 +446,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   }
   __syncthreads();
   if (tid == 0) start_q_load(a, c, q_bar(c));
+  settle_prefill_cta<true>(a, c, kKeys);
   run_prefill_roles<kMathRegs, kProducerRegs>(
-      a, c, tid, [&](int t) { prefill_producer(a, c, t); },
+      a, c, tid, [&](int t) { prefill_producer(a, c, t, early); },
       [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only

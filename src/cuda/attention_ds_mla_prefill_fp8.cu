@@ -227,17 +227,22 @@ __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, 
 
 // fp8_ds_mla producer: block b + 1's bytes are loaded into registers while block b is decoded
 // into its buffer (block b + 2's key resolved and block b + 3's index entry loaded meanwhile);
-// every thread arrives on ready(buf) after its stores.
+// every thread arrives on ready(buf) after its stores. early[b]: early_key_index of the thread's
+// key of blocks 0..2 (issued before the lens were known).
 template <class L>
-__device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid) {
+__device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid,
+                                        const int32_t (&early)[3]) {
   RoleClock clk(a, 0);  // slots: free waits, decodes, next block's loads
   const int key = tid >> 2;
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
   const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);  // profile builds
   RawKey<L::kQueryGroups> cur, next;
-  load_raw(resolve_block_key(a, c, 0, tid, block_index(a, c, 0, key)), tid, cur);
-  PrefillKeySource ref = resolve_block_key(a, c, 1, tid, block_index(a, c, 1, key));
-  int32_t idx = block_index(a, c, 2, key);
+  const auto first_index = [&](int b) {
+    return first_key_index(a, c, (int64_t{c.tile0} + b) * kBlockKeys + key, early[b]);
+  };
+  load_raw(resolve_block_key(a, c, 0, tid, first_index(0)), tid, cur);
+  PrefillKeySource ref = resolve_block_key(a, c, 1, tid, first_index(1));
+  int32_t idx = first_index(2);
   for (int b = 0; b < blocks; ++b) {
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
     const int32_t after = block_index(a, c, b + 3, key);
@@ -470,7 +475,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<L> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<kSplit>(a, c, kBlockKeys);
+  start_prefill_cta<kSplit>(a, c);
+  // The producer's first index entries go out with the lens, before the barrier (so that nothing
+  // is scheduled to wait for the lens ahead of them).
+  int32_t early[3];
+#pragma unroll
+  for (int b = 0; b < 3; ++b) {
+    early[b] = tid >= 256 ? early_key_index(a, c, b * kBlockKeys + ((tid - 256) >> 2)) : -1;
+  }
   if (tid == 0) {
     for (int b = 0; b < kBuffers; ++b) {
       ptx::mbar_init(ready_bar(c, b), 128);
@@ -482,8 +494,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   if constexpr (!kGroups) {
     if (tid == 0) start_q_load(a, c, q_bar(c));
   }
+  settle_prefill_cta<kSplit>(a, c, kBlockKeys);
   run_prefill_roles<kMathRegs, kProducerRegs>(
-      a, c, tid, [&](int t) { decode_prefill_producer(a, c, t); },
+      a, c, tid, [&](int t) { decode_prefill_producer(a, c, t, early); },
       [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
