@@ -56,10 +56,6 @@
 namespace sparse_swa::detail {
 namespace ds_mla {
 
-__device__ __forceinline__ int32_t clamp_len(const int32_t* lens, int64_t t, int32_t width) {
-  return min(max(lens[t], 0), width);
-}
-
 template <bool kWgmma, bool kWgmmaPv, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 1)
     ds_mla_attention_kernel(const __grid_constant__ Args a) {
@@ -74,14 +70,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
   c.t = tg / a.groups;
   c.heads = min(kGroupHeads, a.num_heads - c.h0);
-  // Device lens are data: clamped to the row widths.
-  c.len0 = clamp_len(a.seg0.lens, c.t, a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? clamp_len(a.seg1.lens, c.t, a.seg1.width) : 0;
-  c.total = int64_t{c.len0} + len1;
-  const int32_t all_tiles = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
-  const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
-  c.tile0 = c.split * per_split;
-  c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
+  // The lens and the producer's first index entries go out before the barrier; the lens are used
+  // only after Q's load has been issued (nothing waits for them ahead of it).
+  const int32_t raw0 = a.seg0.lens[c.t];
+  const int32_t raw1 = a.num_segments > 1 ? a.seg1.lens[c.t] : 0;
+  EarlyIndex early;
+  if (tid < 128) early = load_early_index(a, c, tid);
   if (tid == 0) {
     for (int s = 0; s < L::kKStages; ++s) {
       ptx::mbar_init(c.k_full(s), 128);
@@ -91,23 +85,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_init(c.p_full(b), 128);
       ptx::mbar_init(c.p_empty(b), 256);
     }
+    ptx::mbar_init(c.q_full(), 1);
   }
   __syncthreads();
-  if (tid >= 128) {
-    // Q by the QK and PV warpgroups, while the producer already loads index entries and
-    // gathers the first tiles.
-    load_q<384>(a, c, tid - 128);
-    ptx::fence_proxy_async();  // wgmma reads Q through the async proxy
-    ptx::named_barrier(4, 384);
-  }
+  if (tid == 0) start_q_load(a, c, c.q_full());
+  // Device lens are data: clamped to the row widths.
+  c.len0 = min(max(raw0, 0), a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? min(max(raw1, 0), a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+  const int32_t all_tiles = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
+  const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
+  c.tile0 = c.split * per_split;
+  c.n = max(0, min(all_tiles, c.tile0 + per_split) - c.tile0);
+  if (tid >= 128) ptx::mbar_wait(c.q_full(), 0);  // Q, for the QK and PV warpgroups
 
   const int wg = tid >> 7;
   if (wg == 0) {
     ptx::setmaxnreg_dec<kProducerRegs>();
     if constexpr (kBf16) {
-      copy_producer(a, c, tid);
+      copy_producer(a, c, tid, early);
     } else {
-      decode_producer(a, c, tid);
+      decode_producer(a, c, tid, early);
     }
   } else if (wg == 1) {
     ptx::setmaxnreg_dec<kQkRegs>();

@@ -73,7 +73,7 @@ struct Layout {
   static constexpr int kValidKOff = kMlOff + kGroupHeads * 8;         // [kKStages] uint32 masks
   static constexpr int kValidRawOff = kValidKOff + kKStages * 4;      // [kRawStages][32] bytes
   static constexpr int kBarOff = (kValidRawOff + kRawStages * kKeys + 7) / 8 * 8;  // mbarriers
-  static constexpr int kNumBars = 2 * kKStages + 2 * kPBufs;
+  static constexpr int kNumBars = 2 * kKStages + 2 * kPBufs + 1;                   // + Q's
   static constexpr size_t kSmem = kBarOff + kNumBars * 8 + 1024;  // + alignment slack
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
   static_assert(kKOff % 1024 == 0 && kKBytes % 1024 == 0 && kPOff % 1024 == 0,
@@ -313,6 +313,7 @@ struct Cta {
   __device__ uint32_t k_empty(int s) const { return bar(L::kKStages + s); }
   __device__ uint32_t p_full(int b) const { return bar(2 * L::kKStages + b); }
   __device__ uint32_t p_empty(int b) const { return bar(2 * L::kKStages + L::kPBufs + b); }
+  __device__ uint32_t q_full() const { return bar(2 * L::kKStages + 2 * L::kPBufs); }
 };
 
 // Points c at the dynamic shared memory `raw`, from its first 1024-byte boundary (the swizzled
@@ -353,6 +354,19 @@ __device__ __forceinline__ void load_q(const Args& a, const Cta<L>& c, int t) {
                                 sw128(i / (kHeadDim / 8), (i % (kHeadDim / 8)) * 8, kGroupHeads)) =
           qv[r];
     }
+  }
+}
+
+// The CTA's Q rows (as load_q lays them out) by the tensor map, completing on `q_bar` (one
+// thread, once per CTA; heads past H arrive as zeros).
+template <class L>
+__device__ __forceinline__ void start_q_load(const Args& a, const Cta<L>& c, uint32_t q_bar) {
+  static_assert(!L::kQueryGroups, "the tensor map holds Q per token");
+  ptx::mbar_arrive_expect_tx(q_bar, kQBytes);
+#pragma unroll
+  for (int cb = 0; cb < kHeadDim / 64; ++cb) {
+    ptx::tma_load_3d(c.sbase + kQOff + cb * kGroupHeads * 128, &a.q_map, 64 * cb, c.h0,
+                     static_cast<int>(c.t), q_bar);
   }
 }
 

@@ -114,18 +114,6 @@ __device__ __forceinline__ int32_t first_key_index(const Args& a, const Cta<L>& 
   return prefill_key_index(a, c, j);
 }
 
-// Q's 8 column blocks by the tensor map, completing on `q_bar` (one thread, once per CTA).
-template <class L>
-__device__ __forceinline__ void start_q_load(const Args& a, const Cta<L>& c, uint32_t q_bar) {
-  static_assert(!L::kQueryGroups, "the tensor map holds Q per token");
-  ptx::mbar_arrive_expect_tx(q_bar, kQBytes);
-#pragma unroll
-  for (int cb = 0; cb < kHeadDim / 64; ++cb) {
-    ptx::tma_load_3d(c.sbase + kQOff + cb * kGroupHeads * 128, &a.q_map, 64 * cb, c.h0,
-                     static_cast<int>(c.t), q_bar);
-  }
-}
-
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>

@@ -29,6 +29,42 @@ __device__ __forceinline__ int32_t load_index(const Args& a, const Cta<L>& c, in
   return s.indices[c.t * s.row_stride + (swa ? j : j - c.len0)];
 }
 
+// The index entries of the first kEarlyTiles tiles, loaded before the lens are known (c holds
+// only the CTA's place): the slice and the segments' boundary guessed from full lens (each len its
+// row's width). first_index keeps a guess that the settled lens confirm.
+constexpr int kEarlyTiles = 4;
+struct EarlyIndex {
+  int32_t tile0 = 0;
+  int32_t idx[kEarlyTiles] = {-1, -1, -1, -1};
+};
+template <class L>
+__device__ __forceinline__ EarlyIndex load_early_index(const Args& a, const Cta<L>& c, int tid) {
+  const int32_t w0 = a.seg0.width, w1 = a.num_segments > 1 ? a.seg1.width : 0;
+  const int32_t all_tiles = static_cast<int32_t>((int64_t{w0} + w1 + kKeys - 1) / kKeys);
+  EarlyIndex e;
+  e.tile0 = c.split * ((all_tiles + a.splits - 1) / a.splits);
+#pragma unroll
+  for (int i = 0; i < kEarlyTiles; ++i) {
+    const int64_t j = int64_t{e.tile0 + i} * kKeys + (tid >> 2);
+    if (j < w0) {
+      e.idx[i] = a.seg0.indices[c.t * a.seg0.row_stride + j];
+    } else if (j - w0 < w1) {
+      e.idx[i] = a.seg1.indices[c.t * a.seg1.row_stride + (j - w0)];
+    }
+  }
+  return e;
+}
+// load_index of tile i < kEarlyTiles, from the early guess where the settled CTA confirms it: the
+// same first tile, and key j either in the SWA segment (j < len0 <= width) or past a full one.
+template <class L>
+__device__ __forceinline__ int32_t first_index(const Args& a, const Cta<L>& c, int i, int tid,
+                                               const EarlyIndex& e) {
+  const int64_t j = int64_t{c.tile0 + i} * kKeys + (tid >> 2);
+  if (i >= c.n || j >= c.total) return -1;
+  if (c.tile0 == e.tile0 && (j < c.len0 || c.len0 == a.seg0.width)) return e.idx[i];
+  return load_index(a, c, i, tid);
+}
+
 // Where the key with index entry idx of tile i lives: its data (and fp8_ds_mla scale) bytes, or
 // nothing (masked). Entries < -1 or >= num_slots are counted (once: head group 0, the thread of
 // part 0). 128 threads, 4 per key.
@@ -227,11 +263,12 @@ __device__ __forceinline__ void decode_tile(const Cta<L>& c, int i, int stage, i
 }
 
 template <class L>
-__device__ void decode_producer(const Args& a, const Cta<L>& c, int tid) {
+__device__ void decode_producer(const Args& a, const Cta<L>& c, int tid, const EarlyIndex& early) {
   RoleClock clk(a, 0);  // slots: landed wait, stage wait, decode, gather
+  static_assert(L::kRawStages <= kEarlyTiles);
   int32_t idx[L::kRawStages];
 #pragma unroll
-  for (int i = 0; i < L::kRawStages; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
+  for (int i = 0; i < L::kRawStages; ++i) idx[i] = first_index(a, c, i, tid, early);
 #pragma unroll
   for (int i = 0; i + 1 < L::kRawStages; ++i) {
     gather_tile(c, i, tid, resolve_key(a, c, i, tid, idx[i]));
@@ -297,18 +334,19 @@ __device__ __forceinline__ void copy_tile(const Cta<L>& c, int i, int tid, const
 }
 
 template <class L>
-__device__ void copy_producer(const Args& a, const Cta<L>& c, int tid) {
+__device__ void copy_producer(const Args& a, const Cta<L>& c, int tid, const EarlyIndex& early) {
   RoleClock clk(a, 0);  // slots: landed wait, stage wait, -, copy
   constexpr int kAhead = L::kKStages - 1;
+  static_assert(kAhead + 1 <= kEarlyTiles);
   int32_t idx[kAhead];
 #pragma unroll
-  for (int i = 0; i < kAhead; ++i) idx[i] = load_index(a, c, i, tid);  // all loads in flight
+  for (int i = 0; i < kAhead; ++i) idx[i] = first_index(a, c, i, tid, early);
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) {
     if (i < c.n) copy_tile(c, i, tid, resolve_key(a, c, i, tid, idx[i]));
     ptx::cp_async_commit();
   }
-  int32_t next = load_index(a, c, kAhead, tid);  // the entry of tile i + kAhead
+  int32_t next = first_index(a, c, kAhead, tid, early);  // the entry of tile i + kAhead
   for (int i = 0; i < c.n; ++i) {
     const int ahead = i + kAhead;
     const int32_t after = load_index(a, c, ahead + 1, tid);
