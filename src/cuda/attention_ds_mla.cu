@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_init(c.p_empty(b), 256);
     }
     ptx::mbar_init(c.q_full(), 1);
+    ptx::fence_mbarrier_init();
   }
   __syncthreads();
   if (tid == 0) start_q_load(a, c, c.q_full());

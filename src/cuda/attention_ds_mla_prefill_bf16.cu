@@ -443,6 +443,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     }
     for (int i = 0; i < 4; ++i) ptx::mbar_init(handoff_bar(c, i), 128);
     ptx::mbar_init(q_bar(c), 1);
+    ptx::fence_mbarrier_init();
   }
   __syncthreads();
   if (tid == 0) start_q_load(a, c, q_bar(c));

@@ -489,6 +489,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       ptx::mbar_init(free_bar(c, b), 256);
     }
     ptx::mbar_init(q_bar(c), 1);
+    ptx::fence_mbarrier_init();
   }
   __syncthreads();
   if constexpr (!kGroups) {

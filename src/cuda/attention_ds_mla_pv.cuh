@@ -171,9 +171,11 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
     for (int half = 0; half < 2; ++half) {
       const int r = row + 8 * half;
       const int head = c.h0 + r;
+      // Rows past the group's heads are never stored (past H), and have no sink to read.
+      const bool real = r < c.heads;
       const RowFinish f =
-          finish_row(ml[r].x, ml[r].y, a.sinks != nullptr ? a.sinks + head : nullptr);
-      if (g == 0 && (lane & 3) == 0 && r < c.heads) a.lse[c.t * a.num_heads + head] = f.lse;
+          finish_row(ml[r].x, ml[r].y, a.sinks != nullptr && real ? a.sinks + head : nullptr);
+      if (g == 0 && (lane & 3) == 0 && real) a.lse[c.t * a.num_heads + head] = f.lse;
       uint8_t* dst = tile + r * 128 + 4 * (lane & 3);
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
