@@ -80,10 +80,11 @@ __device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int
   }
 }
 
-// The index entry of key j (< 2 block_keys) of a slice that starts at the list's first key, loaded
-// before the lens are known: the SWA entry j, which is key j whenever j < len0 (first_key_index
-// checks that once the CTA is settled). -1 where it cannot be: past the SWA width, in a slice of a
-// split that starts later, or with query groups (their lists are the unions).
+// The index entry of key j of the first blocks of a slice that starts at the list's first key,
+// loaded before the lens are known: the SWA entry j, which is key j whenever j < len0
+// (first_key_index checks that once the CTA is settled). -1 where it cannot be: past the SWA
+// width, in a slice of a split that starts later, or with query groups (their lists are the
+// unions).
 template <class L>
 __device__ __forceinline__ int32_t early_key_index(const Args& a, const Cta<L>& c, int64_t j) {
   if (L::kQueryGroups || c.split != 0 || j >= a.seg0.width) return -1;
