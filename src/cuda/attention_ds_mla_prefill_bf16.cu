@@ -58,8 +58,8 @@ struct Bf16PrefillLayout {
   static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
   static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
   static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
-  // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, then the handoffs between the math
-  // warpgroups (kMax0, kMax1, kP0, kP1).
+  // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, the handoffs between the math
+  // warpgroups (kMax0, kMax1, kP0, kP1), then Q's arrival.
   static constexpr int kBarOff = kMaskOff + 16;
   static constexpr size_t kSmem = kBarOff + 13 * 8 + 1024;
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
@@ -76,8 +76,10 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half
   return c.sbase + BL::kBarOff + 8 * (4 + 2 * buf + half);
 }
 
-// Q's arrival (start_q_load).
-__device__ __forceinline__ uint32_t q_bar(const Cta<BL>& c) { return c.sbase + BL::kBarOff + 96; }
+// Q's arrival (start_q_load), after the 12 barriers above.
+__device__ __forceinline__ uint32_t q_bar(const Cta<BL>& c) {
+  return c.sbase + BL::kBarOff + 8 * 12;
+}
 
 // The index entry of key `key` of block b, or -1.
 __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
