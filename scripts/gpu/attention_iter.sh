@@ -14,9 +14,16 @@ stages=${*:-tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
-  # The default variant choice, then each QK / PV variant forced on every shape.
-  for v in ${VARIANTS:-auto qk=mma pv=mma}; do
-    env SPARSE_SWA_ATTENTION_QK=${v#qk=} SPARSE_SWA_ATTENTION_PV=${v#pv=} timeout 300 \
+  # The default variant choice, then each QK / PV variant forced on every shape, then the bf16
+  # prefill kernel's CTAs capped at 2 (each walks many items).
+  for v in ${VARIANTS:-auto qk=mma pv=mma walk=2}; do
+    case $v in
+      qk=*) e=(SPARSE_SWA_ATTENTION_QK="${v#qk=}") ;;
+      pv=*) e=(SPARSE_SWA_ATTENTION_PV="${v#pv=}") ;;
+      walk=*) e=(SPARSE_SWA_ATTENTION_WALK_CTAS="${v#walk=}") ;;
+      *) e=() ;;
+    esac
+    env "${e[@]}" timeout 300 \
       "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
       >"$OUT/attention_tests_${v/=/_}.log" 2>&1
     echo "tests ($v): exit $?"
@@ -92,7 +99,7 @@ if has sanitize; then
     filter+=':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:PrefillKernelShapes/*H8_*'
     filter+=':DecodeKernelShapes/*H1_*:DecodeKernelShapes/*H8_*:DecodeKernelShapes/*H3_*'
     filter+=':GroupShapes/*:SplitPrefillKernelShapes/*:SplitBf16PrefillKernelShapes/*'
-    filter+=':PrefillKernelShapes/*H100_*:PrefillKernelShapes/*H128_*'
+    filter+=':PrefillKernelShapes/*H100_*:PrefillKernelShapes/*H128_*:WalkingShapes/*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:GroupShapes/*H3_*:GroupShapes/*H1_*'\
@@ -103,5 +110,14 @@ if has sanitize; then
       "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"
     grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_$tool.log" | head -5
+  done
+  # The bf16 prefill kernel's CTAs capped at 2, so that each walks many items.
+  for tool in memcheck racecheck; do
+    SPARSE_SWA_ATTENTION_WALK_CTAS=2 timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer \
+      --tool "$tool" --error-exitcode 9 "$B/sparse_swa_tests" --gtest_brief=1 \
+      --gtest_filter='PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:WalkingShapes/*H8_*' \
+      >"$OUT/sanitize_walk_$tool.log" 2>&1
+    echo "sanitize walk=2 $tool: exit $?"
+    grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_walk_$tool.log" | head -5
   done
 fi

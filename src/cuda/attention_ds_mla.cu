@@ -472,6 +472,13 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     return v == nullptr || std::atoi(v) != 0;
   }();
   a.cluster_merge = plan.cluster_merge && cluster_env ? 1 : 0;
+  // The bf16 prefill kernel's CTAs walk items, at most one CTA per SM;
+  // SPARSE_SWA_ATTENTION_WALK_CTAS=N caps them at N (tests: every CTA walks), 0 = one per item.
+  static const int walk_env = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_WALK_CTAS");
+    return v == nullptr ? -1 : std::atoi(v);
+  }();
+  a.max_ctas = a.cluster_merge ? 0 : walk_env < 0 ? num_sms : std::min(walk_env, num_sms);
   a.num_segments = p.extra_indices.rows != 0 ? 2 : 1;
   static const int ablate = [] {
     const char* v = std::getenv("SPARSE_SWA_ATTENTION_ABLATE");

@@ -22,36 +22,37 @@ namespace sparse_swa::detail::ds_mla {
 
 constexpr int kPrefillThreads = 384;
 
-// CTA blockIdx.x = (token * groups + head group) * splits + split: its token, heads, and its
-// slice of the token's key list (both segments' lens, clamped to their widths). kSplit: split s
-// takes whole pairs of `block_keys`-key blocks (the kernels walk pairs), ceil(pairs / splits) of
-// them from pair s ceil(pairs / splits) on; c.tile0 is its first block, c.n its blocks and
-// c.total the end of its keys. Without kSplit (a.splits = 1) the CTA takes the whole list from
-// c.tile0 = 0. With query groups (L::kQueryGroups, never split), CTA blockIdx.x = a query group,
-// all heads of its tokens as rows, and the group's union as the key list.
+// Item `item` = (token * groups + head group) * splits + split (CTA blockIdx.x, or one of the
+// items a CTA of the bf16 kernel walks): its token, heads, and its slice of the token's key list
+// (both segments' lens, clamped to their widths). kSplit: split s takes whole pairs of
+// `block_keys`-key blocks (the kernels walk pairs), ceil(pairs / splits) of them from pair
+// s ceil(pairs / splits) on; c.tile0 is its first block, c.n its blocks and c.total the end of
+// its keys. Without kSplit (a.splits = 1) the CTA takes the whole list from c.tile0 = 0. With
+// query groups (L::kQueryGroups, never split), item = a query group, all heads of its tokens as
+// rows, and the group's union as the key list.
 //
 // In two steps, so that nothing waits for the lens before Q's load and the first index entries
 // are on their way: start_prefill_cta places the CTA and loads the lens (c.len0, c.total hold
 // them raw), settle_prefill_cta clamps them and works out the slice.
 template <bool kSplit, class L>
-__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c) {
+__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint32_t item) {
   c.split = 0;
   if constexpr (L::kQueryGroups) {
     c.h0 = 0;
-    c.t = blockIdx.x;
+    c.t = item;
     const int64_t first = c.t * a.query_group;
     c.heads = static_cast<int>(min(int64_t{a.query_group}, a.num_tokens - first)) * a.num_heads;
     c.len0 = a.unions.lens[2 * c.t];  // the union's, within its cap
     c.total = a.unions.lens[2 * c.t + 1];
   } else {
     if constexpr (kSplit) {
-      const uint32_t tg = blockIdx.x / a.splits;  // token x groups + head group
-      c.split = static_cast<int>(blockIdx.x % a.splits);
+      const uint32_t tg = item / a.splits;  // token x groups + head group
+      c.split = static_cast<int>(item % a.splits);
       c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
       c.t = tg / a.groups;
     } else {
-      c.h0 = static_cast<int>(blockIdx.x % a.groups) * kGroupHeads;
-      c.t = blockIdx.x / a.groups;
+      c.h0 = static_cast<int>(item % a.groups) * kGroupHeads;
+      c.t = item / a.groups;
     }
     c.heads = min(kGroupHeads, a.num_heads - c.h0);
     c.len0 = a.seg0.lens[c.t];
@@ -235,7 +236,7 @@ bool clusters_fit(int splits, size_t smem) {
 // (a.cluster_merge) runs the splits of each (token, head group) as one cluster; where such
 // clusters cannot run, a.cluster_merge is cleared and the slices write partials for the merge
 // kernel instead.
-template <auto kKernel>
+template <auto kKernel, bool kWalksItems = false>
 Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -250,7 +251,9 @@ Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
   const unsigned ctas = static_cast<unsigned>(a.key_rows * a.groups * a.splits);
   if (a.cluster_merge && !clusters_fit<kKernel>(a.splits, smem)) a.cluster_merge = 0;
   if (!a.cluster_merge) {
-    kKernel<<<ctas, kPrefillThreads, smem, stream>>>(a);
+    const unsigned grid =
+        kWalksItems && a.max_ctas > 0 ? min(ctas, static_cast<unsigned>(a.max_ctas)) : ctas;
+    kKernel<<<grid, kPrefillThreads, smem, stream>>>(a);
     return Status::Ok();
   }
   // a.splits <= kMaxClusterSplits

@@ -3,7 +3,7 @@
 // as for fp8_ds_mla caches; docs/design.md#attention-kernels). sm_90a only; semantics and precision
 // as the fp8_ds_mla prefill kernel's (attention_ds_mla_prefill_fp8.cu): P rounded to bf16 once.
 //
-// One CTA = one query token x a group of up to 64 heads x its key list (or, split, a slice of
+// One item = one query token x a group of up to 64 heads x its key list (or, split, a slice of
 // whole pairs: start_prefill_cta), walked in blocks of 64 keys, two at a time (pair p = blocks 2p
 // and 2p + 1), by three warpgroups:
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n64k16, Q and K in shared
@@ -20,6 +20,13 @@
 // warpgroup 1 takes the pair's maximum (warpgroup 0's and its block's); warpgroup 0 then moves O,
 // its sum and the P_0 it shares to the pair's maximum. So warpgroup 0 runs ahead: its next QK
 // goes to the tensor cores while warpgroup 1 finishes the pair's P V and waits for its block.
+//
+// A CTA walks items blockIdx.x, + gridDim.x, ... (at most one CTA per SM; a cluster-merged split
+// launch, one CTA per item), and the next item's prologue overlaps this one's end: the producer
+// goes on to the next item's index entries and keys as soon as it has issued this item's last
+// fills, and loads its Q once both math warpgroups have done their last QK step; the rows go out
+// through places that neither Q nor the key buffers use (Bf16PrefillLayout::rows_stage). The
+// barriers' phases count the CTA's pairs over all its items.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -59,11 +66,15 @@ struct Bf16PrefillLayout {
   static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
   static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
   // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, the handoffs between the math
-  // warpgroups (kMax0, kMax1, kP0, kP1), then Q's arrival.
+  // warpgroups (kMax0, kMax1, kP0, kP1), then Q's arrival and Q's release.
   static constexpr int kBarOff = kMaskOff + 16;
-  static constexpr size_t kSmem = kBarOff + 13 * 8 + 1024;
+  // Where the rows out are staged (store_rows), 16 KB a math warpgroup: 0 over the two P buffers,
+  // 1 past the barriers; so Q and the buffers are free for the next item while the rows go out.
+  static constexpr int kStageOff = (kBarOff + 14 * 8 + 1023) / 1024 * 1024;
+  static constexpr int rows_stage(int g) { return g == 0 ? kPOff : kStageOff; }
+  static constexpr size_t kSmem = kStageOff + 2 * kPBytes + 1024;
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
-  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0);
+  static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes * 2 == 16384);
 };
 using BL = Bf16PrefillLayout;
 
@@ -76,9 +87,19 @@ __device__ __forceinline__ uint32_t free_bar(const Cta<BL>& c, int buf, int half
   return c.sbase + BL::kBarOff + 8 * (4 + 2 * buf + half);
 }
 
-// Q's arrival (start_q_load), after the 12 barriers above.
+// Q's arrival (start_q_load), after the 12 barriers above, and its release: every QK step of the
+// item is done (256 math threads), so the next item's Q may land.
 __device__ __forceinline__ uint32_t q_bar(const Cta<BL>& c) {
   return c.sbase + BL::kBarOff + 8 * 12;
+}
+__device__ __forceinline__ uint32_t q_free_bar(const Cta<BL>& c) {
+  return c.sbase + BL::kBarOff + 8 * 13;
+}
+
+// The items (token x head group x split) a launch covers; CTA blockIdx.x takes items blockIdx.x,
+// + gridDim.x, ... in turn.
+__device__ __forceinline__ uint32_t item_count(const Args& a) {
+  return static_cast<uint32_t>(a.key_rows * a.groups * a.splits);
 }
 
 // The index entry of key `key` of block b, or -1.
@@ -157,15 +178,18 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
 // key i of block 2 p + w and the group shares the rows by shuffles.
 // The key a producer thread resolves of each pair: key_mine(tid) of block 2 p + (tid / 4) % 2.
 __device__ __forceinline__ int key_mine(int tid) { return copy_key(tid, tid & 3); }
-// early: early_key_index of the thread's key of pair 0 (issued before the lens were known).
-__device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid, int32_t early) {
+// One item's fills: pair p of the item is the CTA's pair pair0 + p (the barriers' phases).
+// early: early_key_index of the thread's key of pair 0.
+__device__ __forceinline__ void prefill_producer_item(const Args& a, const Cta<BL>& c, int tid,
+                                                      int32_t early, uint32_t pair0) {
   const int pairs = (c.n + 1) / 2;
   const int mine_w = (tid >> 2) & 1, mine_key = key_mine(tid);
   const int group_lane0 = tid & 24;  // the group's first lane in the warp
   PairKeys k;
   int32_t next = first_key_index(a, c, prefill_key(c.tile0, mine_w, kKeys, mine_key), early);
   for (int p = 0; p < pairs; ++p) {
-    const uint32_t parity = (p - 1) & 1;  // the phase pair p - 1's frees completed
+    const uint32_t g = pair0 + p;
+    const uint32_t parity = (g - 1) & 1;  // the phase pair g - 1's frees completed
     const uint8_t* mine = key_row(a, c, 2 * p + mine_w, mine_key, next);
     next = key_index(a, c, 2 * p + 2 + mine_w, mine_key);
     k.valid = __ballot_sync(0xffffffffu, mine != nullptr);
@@ -179,14 +203,36 @@ __device__ void prefill_producer(const Args& a, const Cta<BL>& c, int tid, int32
       }
     }
     // B0.L, B1.R (freed by their own warpgroup's P V), then B0.R, B1.L (by the other's).
-    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
+    if (g > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
     fill_half(a, c, 0, 0, k, true, tid);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
+    if (g > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
     fill_half(a, c, 1, 1, k, true, tid);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
+    if (g > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
     fill_half(a, c, 0, 1, k, false, tid);
-    if (p > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
+    if (g > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
     fill_half(a, c, 1, 0, k, false, tid);
+  }
+}
+
+// Walks the CTA's items; after an item's last fills it issues the next item's Q (once the math
+// warpgroups release Q) and goes on to that item's keys. early: early_key_index of the thread's
+// key of the first item's pair 0 (issued before the lens were known).
+__device__ void prefill_producer(const Args& a, Cta<BL> c, int tid, int32_t early) {
+  const uint32_t items = item_count(a);
+  uint32_t pair0 = 0;  // pairs of the CTA's earlier items
+  for (uint32_t item = blockIdx.x, seq = 0;;) {
+    prefill_producer_item(a, c, tid, early, pair0);
+    pair0 += (c.n + 1) / 2;
+    item += gridDim.x;
+    ++seq;
+    if (item >= items) break;
+    start_prefill_cta<true>(a, c, item);
+    early = early_key_index(a, c, prefill_key(0, (tid >> 2) & 1, kKeys, key_mine(tid)));
+    if (tid == 0) {
+      ptx::mbar_wait(q_free_bar(c), (seq - 1) & 1);
+      start_q_load(a, c, q_bar(c));
+    }
+    settle_prefill_cta<true>(a, c, kKeys);
   }
   ptx::cp_async_wait<0>();
 }
@@ -227,8 +273,11 @@ __device__ __forceinline__ uint32_t handoff_bar(const Cta<BL>& c, int which) {
 // maximum, then rescales O and P_0 once the pair's maximum is known. Warpgroup 1 takes the pair's
 // maximum at once. Warpgroup 0 frees block 1's half L as soon as its P_1 V_1 is done, then
 // starts the next pair's QK (waiting for that QK's first half must not hold the free back).
+// One item, whose pair p is the CTA's pair pair0 + p (the barriers' phases); returns pair0 plus
+// the item's pairs. Q is released (q_free_bar) after the item's last QK step, so that the next
+// item's Q lands while this one finishes.
 template <int w>
-__device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
+__device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint32_t pair0) {
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
   float* maxes = reinterpret_cast<float*>(c.base + BL::kMaxOff);
@@ -245,19 +294,19 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
-  const int pairs = (c.n + 1) / 2;
+  const uint32_t end = pair0 + (c.n + 1) / 2;  // the CTA's pairs after this item
   float s[32];
   // S of this warpgroup's block of pair p: warpgroup 0 reads half L first, 1 half R (the halves
   // the producer fills first).
-  const auto qk_first = [&](int p) {
-    ptx::mbar_wait(ready_bar(c, w, w), p & 1);
+  const auto qk_first = [&](uint32_t g) {
+    ptx::mbar_wait(ready_bar(c, w, w), g & 1);
     ptx::fence_proxy_async();
     ptx::wgmma_fence();
     qk_half(s, q_desc, my_qk, w, true);
     ptx::wgmma_commit();
   };
-  const auto qk_second = [&](int p) {
-    ptx::mbar_wait(ready_bar(c, w, 1 - w), p & 1);
+  const auto qk_second = [&](uint32_t g) {
+    ptx::mbar_wait(ready_bar(c, w, 1 - w), g & 1);
     ptx::fence_proxy_async();
     ptx::wgmma_fence();
     qk_half(s, q_desc, my_qk, 1 - w, false);
@@ -309,17 +358,19 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
     }
     ptx::wgmma_commit();
   };
-  if (w == 0 && pairs > 0) {
-    qk_first(0);
-    qk_second(0);
+  if (w == 0 && pair0 < end) {
+    qk_first(pair0);
+    qk_second(pair0);
     ptx::wgmma_wait<0>();
   }
-  for (int p = 0; p < pairs; ++p) {
+  if (pair0 == end) ptx::mbar_arrive(q_free_bar(c));
+  for (uint32_t g = pair0; g < end; ++g) {
     if constexpr (w == 1) {
-      qk_first(p);
-      qk_second(p);
+      qk_first(g);
+      qk_second(g);
       ptx::wgmma_wait<0>();
     }
+    if (g + 1 == end) ptx::mbar_arrive(q_free_bar(c));  // the item's last QK step is done
     const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + BL::kMaskOff + 8 * w);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -343,7 +394,7 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
     // The maximum P is taken against: for warpgroup 0 the running maximum and its block's; for
     // warpgroup 1 also warpgroup 0's, which makes it the pair's.
     float m_new[2];
-    if constexpr (w == 1) ptx::mbar_wait(handoff_bar(c, kMax0), p & 1);
+    if constexpr (w == 1) ptx::mbar_wait(handoff_bar(c, kMax0), g & 1);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       m_new[hh] = fmaxf(m[hh], mx[hh]);
@@ -380,7 +431,7 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
       ptx::wgmma_wait<0>();
       ptx::mbar_arrive(free_bar(c, 0, 0));  // block 0's half L: QK and own P V done
       // The pair's maximum: O, l and P_0 move to it.
-      ptx::mbar_wait(handoff_bar(c, kMax1), p & 1);
+      ptx::mbar_wait(handoff_bar(c, kMax1), g & 1);
       float f[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -399,19 +450,19 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
       }
       store_p();
       ptx::mbar_arrive(handoff_bar(c, kP0));
-      ptx::mbar_wait(handoff_bar(c, kP1), p & 1);
+      ptx::mbar_wait(handoff_bar(c, kP1), g & 1);
       other_pv();
       ptx::wgmma_wait<0>();
       ptx::mbar_arrive(free_bar(c, 1, 0));  // block 1's half L: P_1 V_1 done
-      if (p + 1 < pairs) {
-        qk_first(p + 1);
-        qk_second(p + 1);
+      if (g + 1 < end) {
+        qk_first(g + 1);
+        qk_second(g + 1);
         ptx::wgmma_wait<0>();
       }
     } else {
       store_p();
       ptx::mbar_arrive(handoff_bar(c, kP1));
-      ptx::mbar_wait(handoff_bar(c, kP0), p & 1);
+      ptx::mbar_wait(handoff_bar(c, kP0), g & 1);
       other_pv();
       ptx::wgmma_wait<1>();
       ptx::mbar_arrive(free_bar(c, 1, 1));  // block 1's half R: QK and own P V done
@@ -420,6 +471,23 @@ __device__ void prefill_math(const Args& a, const Cta<BL>& c, int tid) {
     }
   }
   finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
+  return end;
+}
+
+// Math warpgroup w over the CTA's items (the first one's Q already in).
+template <int w>
+__device__ void prefill_items(const Args& a, Cta<BL> c, int tid) {
+  const uint32_t items = item_count(a);
+  uint32_t pair0 = 0;
+  for (uint32_t item = blockIdx.x, seq = 0;;) {
+    pair0 = prefill_math<w>(a, c, tid, pair0);
+    item += gridDim.x;
+    ++seq;
+    if (item >= items) break;
+    start_prefill_cta<true>(a, c, item);
+    settle_prefill_cta<true>(a, c, kKeys);
+    ptx::mbar_wait(q_bar(c), seq & 1);
+  }
 }
 
 __global__ void __launch_bounds__(kPrefillThreads, 1)
@@ -429,7 +497,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<BL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<true>(a, c);
+  start_prefill_cta<true>(a, c, blockIdx.x);
   // The producer's first index entry goes out with the lens, before the barrier (so that nothing
   // is scheduled to wait for the lens ahead of it).
   const int pt = tid - 256;  // producer thread
@@ -445,6 +513,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
     }
     for (int i = 0; i < 4; ++i) ptx::mbar_init(handoff_bar(c, i), 128);
     ptx::mbar_init(q_bar(c), 1);
+    ptx::mbar_init(q_free_bar(c), 256);
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
@@ -452,7 +521,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   settle_prefill_cta<true>(a, c, kKeys);
   run_prefill_roles<kMathRegs, kProducerRegs>(
       a, c, tid, [&](int t) { prefill_producer(a, c, t, early); },
-      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
+      [&](auto w, int t) { prefill_items<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
 #endif
@@ -461,7 +530,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 }  // namespace
 
 Status launch_prefill_bf16(Args& a, cudaStream_t stream) {
-  return launch_prefill_grid<ds_mla_prefill_bf16_kernel>(a, BL::kSmem, stream);
+  return launch_prefill_grid<ds_mla_prefill_bf16_kernel, true>(a, BL::kSmem, stream);
 }
 
 }  // namespace sparse_swa::detail::ds_mla

@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   Cta<L> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<kSplit>(a, c);
+  start_prefill_cta<kSplit>(a, c, blockIdx.x);
   // The producer's first index entries go out with the lens, before the barrier (so that nothing
   // is scheduled to wait for the lens ahead of them).
   int32_t early[3];

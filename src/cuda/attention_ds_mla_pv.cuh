@@ -155,18 +155,40 @@ __device__ __forceinline__ void for_each_pair(const Args& a, const Cta<L>& c,
   }
 }
 
+// Where warpgroup g stages its four [64, 64 dims] sw128 column blocks of a group's rows (offsets
+// from the 1024-aligned base): over Q's column blocks 4 g..4 g + 3 in one round, or, where the
+// layout names 16 KB places of its own (L::rows_stage(g), free of what the next item loads), two
+// blocks at a time in two rounds.
+template <class L>
+__host__ __device__ constexpr int rows_rounds() {
+  if constexpr (requires { L::rows_stage(0); }) {
+    return 2;
+  } else {
+    return 1;
+  }
+}
+template <class L>
+__device__ __forceinline__ int rows_stage_off(int g) {
+  if constexpr (requires { L::rows_stage(0); }) {
+    return L::rows_stage(g);
+  } else {
+    return kQOff + 4 * g * kGroupHeads * 128;
+  }
+}
+
 // The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
-// way of shared memory: the accumulator fragments go into sw128 column blocks over Q's bytes (free
-// once barrier 2 has passed: every QK step done), then each warpgroup's four blocks go out by the
-// tensor map (one token's 64 heads x 64 dims a box; heads past H are not written). Query groups'
-// rows span tokens, so their 256 threads store whole 1024-byte rows in 16-byte pieces instead
-// (the launcher refuses an `out` that is not 16-byte aligned).
+// way of shared memory: the accumulator fragments go into sw128 column blocks (rows_stage_off:
+// over Q's bytes, free once every QK step is done, or the layout's own places), then each
+// warpgroup's blocks go out by the tensor map (one token's 64 heads x 64 dims a box; heads past H
+// are not written). Query groups' rows span tokens, so their 256 threads store whole 1024-byte
+// rows in 16-byte pieces instead (the launcher refuses an `out` that is not 16-byte aligned).
 template <class L>
 __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
   uint8_t* tile = c.base + kQOff;
   if constexpr (!L::kQueryGroups) {
     const float2* ml = reinterpret_cast<const float2*>(c.base + L::kMlOff);
+    float factor[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row + 8 * half;
@@ -176,24 +198,37 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
       const RowFinish f =
           finish_row(ml[r].x, ml[r].y, a.sinks != nullptr && real ? a.sinks + head : nullptr);
       if (g == 0 && (lane & 3) == 0 && real) a.lse[c.t * a.num_heads + head] = f.lse;
-      uint8_t* dst = tile + r * 128 + 4 * (lane & 3);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int cb = 4 * g + (j >> 3);
-        *reinterpret_cast<uint32_t*>(dst + cb * (kGroupHeads * 128) + (((j & 7) ^ (r & 7)) << 4)) =
-            pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * f.factor,
-                      o[j >> 4][4 * (j & 15) + 2 * half + 1] * f.factor);
-      }
+      factor[half] = f.factor;
     }
-    ptx::fence_proxy_async();
-    ptx::named_barrier(7 + g, 128);  // warpgroup g's column blocks are complete
-    if ((tid256 & 127) == 0) {
+    constexpr int kRounds = rows_rounds<L>(), kBlocks = 4 / kRounds;  // column blocks a round
+    const int stage = rows_stage_off<L>(g);
 #pragma unroll
-      for (int cb = 4 * g; cb < 4 * g + 4; ++cb) {
-        ptx::tma_store_3d(&a.out_map, 64 * cb, c.h0, static_cast<int>(c.t),
-                          c.sbase + kQOff + cb * kGroupHeads * 128);
+    for (int round = 0; round < kRounds; ++round) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row + 8 * half;
+        uint8_t* dst = c.base + stage + r * 128 + 4 * (lane & 3);
+#pragma unroll
+        for (int jj = 0; jj < 8 * kBlocks; ++jj) {
+          const int j = 8 * kBlocks * round + jj;  // dims 256 g + 8 j + 2 (lane % 4) + {0, 1}
+          *reinterpret_cast<uint32_t*>(dst + (jj >> 3) * (kGroupHeads * 128) +
+                                       (((j & 7) ^ (r & 7)) << 4)) =
+              pack_bf16(o[j >> 4][4 * (j & 15) + 2 * half] * factor[half],
+                        o[j >> 4][4 * (j & 15) + 2 * half + 1] * factor[half]);
+        }
       }
-      ptx::tma_store_wait_read();
+      ptx::fence_proxy_async();
+      ptx::named_barrier(7 + g, 128);  // this round's column blocks are complete
+      if ((tid256 & 127) == 0) {
+#pragma unroll
+        for (int k = 0; k < kBlocks; ++k) {
+          ptx::tma_store_3d(&a.out_map, 64 * (4 * g + kBlocks * round + k), c.h0,
+                            static_cast<int>(c.t), c.sbase + stage + k * kGroupHeads * 128);
+        }
+        ptx::tma_store_wait_read();
+      }
+      // A place of the layout's own is written again next round, or by the next item.
+      if (kRounds > 1) ptx::named_barrier(7 + g, 128);
     }
   } else {
     for_each_pair(a, c, o, g, row, lane,

@@ -428,6 +428,16 @@ INSTANTIATE_TEST_SUITE_P(PrefillShapes, AttentionCudaVsCpu,
                                            Shape{100, 63, 1, 256, 2, 64, kDs, kDs, false}),
                          shape_name);
 
+// More (token, head group) items than an H200 has SMs on bf16 caches, so that each CTA of the
+// bf16 prefill kernel walks several items (docs/design.md#attention-kernels): rows staged and
+// stored by the tensor map (40 and 64 heads) or straight from registers (8), odd block counts,
+// lens 0 and full, -1 holes. SPARSE_SWA_ATTENTION_WALK_CTAS=2 makes every shape here walk.
+INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu,
+                         ::testing::Values(Shape{64, 128, 64, 64, 2, 300, kBf, kBf, true},
+                                           Shape{40, 63, 100, 2, 64, 200, kBf, kBf, false},
+                                           Shape{8, 100, 0, 64, 0, 400, kBf, kBf, true}),
+                         shape_name);
+
 // bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.
 std::vector<Shape> split_bf16_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
