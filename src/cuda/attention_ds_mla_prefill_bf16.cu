@@ -371,13 +371,16 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       ptx::wgmma_wait<0>();
     }
     if (g + 1 == end) ptx::mbar_arrive(q_free_bar(c));  // the item's last QK step is done
-    const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + BL::kMaskOff + 8 * w);
+    // The block's valid keys, shifted so that bit 8 j + e is this thread's key 8 j + 2 (lane % 4)
+    // + e (immediate shifts below: no per-lane bit masks held through the loop).
+    const uint64_t mask =
+        *reinterpret_cast<const uint64_t*>(c.base + BL::kMaskOff + 8 * w) >> (2 * (lane & 3));
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool valid = (mask >> (8 * j + 2 * (lane & 3) + e)) & 1u;
+        const bool valid = (mask >> (8 * j + e)) & 1u;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           float& x = s[4 * j + 2 * hh + e];
