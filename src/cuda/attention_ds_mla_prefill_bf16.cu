@@ -296,8 +296,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
   float l[2] = {0.0f, 0.0f};
   const uint32_t end = pair0 + (c.n + 1) / 2;  // the CTA's pairs after this item
   float s[32];
-  // S of this warpgroup's block of pair p: warpgroup 0 reads half L first, 1 half R (the halves
-  // the producer fills first).
+  // S of this warpgroup's block of the CTA's pair g: warpgroup 0 reads half L first, 1 half R
+  // (the halves the producer fills first).
   const auto qk_first = [&](uint32_t g) {
     ptx::mbar_wait(ready_bar(c, w, w), g & 1);
     ptx::fence_proxy_async();

@@ -72,12 +72,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-// Arrives as `count` arrivals at once (release, as mbar_arrive).
-__device__ __forceinline__ void mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
 // Waits until the phase with this parity has completed (acquire). The suspend-time hint lets the
 // hardware park the warp until the phase completes instead of returning at once, so waiting
 // warps do not take issue slots from working ones.
