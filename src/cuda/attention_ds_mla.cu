@@ -90,10 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (tid == 0) start_q_load(a, c, c.q_full());
-  // Device lens are data: clamped to the row widths.
-  c.len0 = min(max(raw0, 0), a.seg0.width);
-  const int32_t len1 = a.num_segments > 1 ? min(max(raw1, 0), a.seg1.width) : 0;
-  c.total = int64_t{c.len0} + len1;
+  clamp_lens(a, c, raw0, raw1);
   const int32_t all_tiles = static_cast<int32_t>((c.total + kKeys - 1) / kKeys);
   const int32_t per_split = (all_tiles + a.splits - 1) / a.splits;
   c.tile0 = c.split * per_split;

@@ -360,8 +360,17 @@ __device__ __forceinline__ void load_q(const Args& a, const Cta<L>& c, int t) {
   }
 }
 
+// The segments' lens as loaded (raw1: the extra segment's, any value with one segment) clamped to
+// their row widths, since device lens are data: c.len0, and c.total for both segments.
+template <class L>
+__device__ __forceinline__ void clamp_lens(const Args& a, Cta<L>& c, int32_t raw0, int32_t raw1) {
+  c.len0 = min(max(raw0, 0), a.seg0.width);
+  const int32_t len1 = a.num_segments > 1 ? min(max(raw1, 0), a.seg1.width) : 0;
+  c.total = int64_t{c.len0} + len1;
+}
+
 // The CTA's Q rows (as load_q lays them out) by the tensor map, completing on `q_bar` (one
-// thread, once per CTA; heads past H arrive as zeros).
+// thread, once per token and head group; heads past H arrive as zeros).
 template <class L>
 __device__ __forceinline__ void start_q_load(const Args& a, const Cta<L>& c, uint32_t q_bar) {
   static_assert(!L::kQueryGroups, "the tensor map holds Q per token");

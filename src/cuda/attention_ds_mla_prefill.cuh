@@ -27,12 +27,12 @@ constexpr int kPrefillThreads = 384;
 // (both segments' lens, clamped to their widths). kSplit: split s takes whole pairs of
 // `block_keys`-key blocks (the kernels walk pairs), ceil(pairs / splits) of them from pair
 // s ceil(pairs / splits) on; c.tile0 is its first block, c.n its blocks and c.total the end of
-// its keys. Without kSplit (a.splits = 1) the CTA takes the whole list from c.tile0 = 0. With
+// its keys. Without kSplit (a.splits = 1) the item takes the whole list from c.tile0 = 0. With
 // query groups (L::kQueryGroups, never split), item = a query group, all heads of its tokens as
 // rows, and the group's union as the key list.
 //
 // In two steps, so that nothing waits for the lens before Q's load and the first index entries
-// are on their way: start_prefill_cta places the CTA and loads the lens (c.len0, c.total hold
+// are on their way: start_prefill_cta places the item and loads the lens (c.len0, c.total hold
 // them raw), settle_prefill_cta clamps them and works out the slice.
 template <bool kSplit, class L>
 __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint32_t item) {
@@ -62,10 +62,7 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint
 template <bool kSplit, class L>
 __device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
   if constexpr (!L::kQueryGroups) {
-    c.len0 = min(max(c.len0, 0), a.seg0.width);
-    const int32_t len1 =
-        a.num_segments > 1 ? min(max(static_cast<int32_t>(c.total), 0), a.seg1.width) : 0;
-    c.total = int64_t{c.len0} + len1;
+    clamp_lens(a, c, c.len0, static_cast<int32_t>(c.total));
   }
   c.tile0 = 0;
   if constexpr (kSplit) {
