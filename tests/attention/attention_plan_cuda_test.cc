@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan of the tensor-core attention kernels (detail::plan_ds_mla_attention): which kernel,
+// how many slices, query groups and their workspace, from the shapes alone.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/attention_ds_mla.cuh"
+#include "sparse_swa/attention.h"
+
+namespace sparse_swa {
+namespace {
+
+// The plan of the tensor-core kernels is host arithmetic on shapes: checked here without a device
+// (docs/design.md#attention-kernels). A partial row is 512 fp32 + (max, sum) = 2056 bytes.
+TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
+  constexpr int kSms = 132;
+  constexpr int64_t kRow = 2056;
+  SparseAttentionParams p;
+  p.num_heads = 64;
+  p.swa_indices.width = 640;  // 20 tiles of 32 keys
+  auto plan = [&](int64_t tokens, int64_t workspace) {
+    p.num_tokens = tokens;
+    p.swa_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, kSms, workspace);
+  };
+  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs: the prefill kernel's slices would
+  // be one pair of blocks, so the decode kernel takes 20 slices of 1 tile.
+  detail::DsMlaPlan d = plan(4, -1);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.groups, 1);
+  EXPECT_EQ(d.splits, 20);
+  EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
+  EXPECT_FALSE(d.cluster_merge);      // the decode kernel's slices: the merge kernel
+  EXPECT_EQ(plan(8, -1).splits, 16);  // 132 / 8 SMs per token
+  // 16 tokens: 8 CTAs per token, the prefill kernel's 10 pairs in 5 slices of 2; 64 tokens: 2.
+  d = plan(16, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.workspace_bytes, 5 * 16 * 64 * kRow);
+  EXPECT_TRUE(d.cluster_merge);  // a cluster of 5 per token, merged in the kernel
+  EXPECT_TRUE(plan(64, -1).cluster_merge);
+  EXPECT_TRUE(plan(64, -1).prefill);
+  EXPECT_EQ(plan(64, -1).splits, 2);
+  // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
+  d = plan(4, 3 * 4 * 64 * kRow + 100);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 3);
+  for (const int64_t workspace : {int64_t{0}, 2 * 4 * 64 * kRow - 1}) {
+    d = plan(4, workspace);
+    EXPECT_TRUE(d.prefill) << workspace;
+    EXPECT_EQ(d.splits, 1);
+    EXPECT_EQ(d.workspace_bytes, 0);
+  }
+  // Tokens x groups that fill the SMs never split.
+  d = plan(kSms, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  p.num_heads = 128;  // 2 groups: 66 tokens fill the SMs, 65 do not (splits 132 / 130 = 1 anyway)
+  EXPECT_TRUE(plan(66, -1).prefill);
+  EXPECT_EQ(plan(66, -1).groups, 2);
+  EXPECT_TRUE(plan(65, -1).prefill);
+  EXPECT_TRUE(plan(33, -1).prefill);  // 66 CTAs: 2 slices of 5 pairs each
+  EXPECT_EQ(plan(33, -1).splits, 2);
+  p.num_heads = 64;
+  // Fewer than 8 tiles (SWA 128 + extra 96 = 224 keys, 7 tiles): never split.
+  p.swa_indices.width = 128;
+  p.extra_indices.rows = 1;
+  p.extra_indices.width = 96;
+  EXPECT_TRUE(plan(1, -1).prefill);
+  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 9 slices of one
+  EXPECT_FALSE(plan(1, -1).prefill);
+  EXPECT_EQ(plan(1, -1).splits, 9);
+  EXPECT_EQ(plan(16, -1).splits, 8);  // 132 / 16 SMs per token (5 pairs: one per slice)
+  // Forced kernels: the prefill kernel splits into single pairs too.
+  p.kernel = AttentionKernel::kPrefill;
+  d = plan(1, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.workspace_bytes, 5 * 64 * kRow);
+  EXPECT_TRUE(d.cluster_merge);
+  p.extra_indices.width = 512;  // 640 keys, 10 pairs: 10 slices, more than a cluster holds
+  d = plan(1, -1);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_FALSE(d.cluster_merge);
+  EXPECT_EQ(d.workspace_bytes, 10 * 64 * kRow);
+  p.extra_indices.width = 129;
+  d = plan(1, 0);  // no workspace: unsplit
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  p.kernel = AttentionKernel::kDecode;
+  d = plan(kSms, -1);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+}
+
+// Query groups: the unions' workspace is [G, cap] slots and token bits and [G, 2] lens, each
+// rounded up to 16 bytes; the prefill kernel takes them, unsplit.
+TEST(AttentionPlan, QueryGroupsTakeThePrefillKernelWhenTheyFillTheSms) {
+  constexpr int kSms = 132;
+  SparseAttentionParams p;
+  p.num_heads = 8;
+  p.swa_indices.width = 128;
+  p.extra_indices.rows = 1;
+  p.extra_indices.width = 512;
+  p.query_group_size = 2;
+  auto plan = [&](int64_t tokens, int64_t workspace) {
+    p.num_tokens = tokens;
+    p.swa_indices.rows = tokens;
+    p.extra_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, kSms, workspace);
+  };
+  auto union_bytes = [](int64_t groups, int64_t cap) {
+    return 2 * ((groups * cap * 4 + 15) / 16 * 16) + (groups * 8 + 15) / 16 * 16;
+  };
+  // 600 tokens = 300 groups of 2 x 8 heads (16 rows), unions of at most 1280 entries.
+  detail::DsMlaPlan d = plan(600, -1);
+  EXPECT_EQ(d.query_group, 2);
+  EXPECT_EQ(d.group_cap, 1280);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  EXPECT_EQ(d.workspace_bytes, union_bytes(300, 1280));
+  EXPECT_EQ(plan(600, union_bytes(300, 1280)).query_group, 2);
+  d = plan(600, union_bytes(300, 1280) - 1);  // no room for the unions: no groups
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, 0);
+  // 264 tokens = 132 groups fill the SMs; 262 (131 groups) do not: the usual plan.
+  EXPECT_EQ(plan(264, -1).query_group, 2);
+  d = plan(262, -1);
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_TRUE(d.prefill);  // 262 tokens fill the SMs without splits
+  d = plan(64, -1);
+  EXPECT_EQ(d.query_group, 1);
+  EXPECT_TRUE(d.prefill);  // 64 tokens: two slices each, no groups
+  EXPECT_EQ(d.splits, 2);
+  // Forced: the prefill kernel takes groups at any count, the decode kernel never.
+  p.kernel = AttentionKernel::kPrefill;
+  d = plan(128, -1);
+  EXPECT_EQ(d.query_group, 2);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, union_bytes(64, 1280));
+  p.kernel = AttentionKernel::kDecode;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
+  p.kernel = AttentionKernel::kAuto;
+  // Rows past one CTA (2 x 64 heads), entries past one union CTA (8 x 640), bf16 caches: none.
+  p.num_heads = 64;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
+  p.num_heads = 8;
+  p.query_group_size = 8;
+  EXPECT_EQ(plan(2400, -1).query_group, 1);
+  p.query_group_size = 2;
+  p.swa_cache.dtype = CacheDtype::kBf16;
+  p.extra_cache.dtype = CacheDtype::kBf16;
+  EXPECT_EQ(plan(600, -1).query_group, 1);
+}
+
+}  // namespace
+}  // namespace sparse_swa
