@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -39,42 +38,12 @@ constexpr uint32_t kPoisonLse = 0x7fbadbadu;
   std::abort();
 }
 
+using fuzz::AlignedBytes;
 using fuzz::bits_of;
 using fuzz::float_of;
 using fuzz::rare;
+using fuzz::Rng;
 float bf16_float(uint16_t b) { return float_of(uint32_t{b} << 16); }
-
-// Bulk values (cache pages, q, rows) come from a generator seeded by the input, so that the
-// input's bytes drive the shapes rather than run out on values.
-struct Rng {
-  uint64_t state;
-  uint32_t next() {  // splitmix64
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
-  }
-  int32_t uniform(int32_t lo, int32_t hi) {  // [lo, hi]
-    return lo + static_cast<int32_t>(next() % static_cast<uint32_t>(hi - lo + 1));
-  }
-};
-
-// 64-byte aligned bytes (views may then be offset to break the 16-byte rule).
-struct AlignedBytes {
-  explicit AlignedBytes(size_t n)
-      : size(n), data(static_cast<uint8_t*>(::operator new (n + 64, std::align_val_t{64}))) {
-    std::memset(data, 0, n + 64);
-  }
-  ~AlignedBytes() { ::operator delete (data, std::align_val_t{64}); }
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  size_t size;
-  uint8_t* data;
-};
-
-int64_t token_bytes(CacheDtype d) {
-  return d == CacheDtype::kFp8DsMla ? 584 : (d == CacheDtype::kBf16 ? 1024 : 512);
-}
 
 // A cache view over owned pages; `breaks_rules` when the view violates kv_cache.h's shape rules.
 struct Cache {
@@ -90,7 +59,7 @@ std::unique_ptr<Cache> make_cache(FuzzedDataProvider& in, bool fill_by_encoding)
   const int dtype_code = in.ConsumeIntegralInRange<int>(0, 3);  // 3 is not a dtype
   const bool known = dtype_code <= 2;
   const CacheDtype dtype = static_cast<CacheDtype>(dtype_code);
-  const int64_t tb = known ? token_bytes(dtype) : 512;
+  const int64_t tb = known ? fuzz::layout_token_bytes(dtype) : 512;
   int32_t block_size = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 8)
                                         : in.ConsumeIntegralInRange<int32_t>(-2, 64);
   int64_t num_blocks = in.ConsumeIntegralInRange<int64_t>(-1, 6);
@@ -110,7 +79,7 @@ std::unique_ptr<Cache> make_cache(FuzzedDataProvider& in, bool fill_by_encoding)
   const __int128 bytes = c->breaks_rules ? 0 : static_cast<__int128>(num_blocks) * stride;
   c->too_big = bytes > kMaxCacheBytes;
   const size_t real = c->too_big ? 0 : static_cast<size_t>(bytes);
-  c->pages = std::make_unique<AlignedBytes>(real);
+  c->pages = std::make_unique<AlignedBytes>(real, 64, 0);  // views may be offset
   const bool null_data = num_blocks > 0 && rare(in, 0.03f);
   c->breaks_rules |= null_data;
   c->view.data = null_data ? nullptr : c->pages->data + misalign;

@@ -21,7 +21,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -41,41 +40,11 @@ constexpr uint32_t kPoisonBits = 0x7fbadbadu;
   std::abort();
 }
 
+using fuzz::AlignedBytes;
 using fuzz::bits_of;
 using fuzz::float_of;
 using fuzz::rare;
-
-// Bulk values (cache pages, q, rows) come from a generator seeded by the input, so that the
-// input's bytes drive the shapes rather than run out on values.
-struct Rng {
-  uint64_t state;
-  uint32_t next() {  // splitmix64
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
-  }
-  int32_t uniform(int32_t lo, int32_t hi) {  // [lo, hi]
-    return lo + static_cast<int32_t>(next() % static_cast<uint32_t>(hi - lo + 1));
-  }
-};
-
-struct AlignedBytes {
-  explicit AlignedBytes(size_t n)
-      : size(n), data(static_cast<uint8_t*>(::operator new (n + 64, std::align_val_t{64}))) {
-    std::memset(data, kPoisonByte, n + 64);
-  }
-  ~AlignedBytes() { ::operator delete (data, std::align_val_t{64}); }
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  std::vector<uint8_t> copy() const { return {data, data + size + 64}; }
-  size_t size;
-  uint8_t* data;
-};
-
-int64_t token_bytes(CacheDtype d) {  // content bytes per token, from the layout in kv_cache.h
-  return d == CacheDtype::kFp8DsMla ? 584 : (d == CacheDtype::kBf16 ? 1024 : 512);
-}
+using fuzz::Rng;
 
 struct Cache {
   std::unique_ptr<AlignedBytes> pages;
@@ -90,7 +59,7 @@ Cache make_cache(FuzzedDataProvider& in) {
   const int dtype_code = in.ConsumeIntegralInRange<int>(0, 3);  // 3 is not a dtype
   const bool known = dtype_code <= 2;
   const CacheDtype dtype = static_cast<CacheDtype>(dtype_code);
-  const int64_t tb = known ? token_bytes(dtype) : 512;
+  const int64_t tb = known ? fuzz::layout_token_bytes(dtype) : 512;
   const int32_t block_size = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 6)
                                               : in.ConsumeIntegralInRange<int32_t>(-2, 64);
   int64_t num_blocks = in.ConsumeIntegralInRange<int64_t>(-1, 5);
@@ -110,7 +79,7 @@ Cache make_cache(FuzzedDataProvider& in) {
   const __int128 bytes = c.breaks_rules ? 0 : static_cast<__int128>(num_blocks) * stride;
   c.too_big = bytes > kMaxCacheBytes;
   const size_t real = c.too_big ? 0 : static_cast<size_t>(bytes);
-  c.pages = std::make_unique<AlignedBytes>(real);
+  c.pages = std::make_unique<AlignedBytes>(real, 64, kPoisonByte);
   Rng rng{in.ConsumeIntegral<uint64_t>()};  // old page contents: encode must keep the others
   for (size_t i = 0; i < real; i += 4) {
     const uint32_t r = rng.next();
@@ -156,7 +125,7 @@ std::vector<std::pair<int64_t, int64_t>> slot_ranges(const KvCacheView& c, int64
             {page + int64_t{c.block_size} * 576 + o * 8,
              page + int64_t{c.block_size} * 576 + o * 8 + 8}};
   }
-  const int64_t tb = token_bytes(c.dtype);
+  const int64_t tb = fuzz::layout_token_bytes(c.dtype);
   return {{page + o * tb, page + o * tb + tb}};
 }
 
@@ -248,7 +217,7 @@ void fuzz_encode(FuzzedDataProvider& in, bool bf16) {
   for (size_t i = 0; i < n; ++i) {
     if (slots[i] >= 0) last_row[slots[i]] = static_cast<int64_t>(i);
   }
-  AlignedBytes expected(c.pages->size);
+  AlignedBytes expected(c.pages->size, 64, kPoisonByte);
   std::memcpy(expected.data, before.data(), before.size());
   KvCacheView expected_view = c.view;
   expected_view.data = expected.data;
@@ -259,8 +228,8 @@ void fuzz_encode(FuzzedDataProvider& in, bool bf16) {
                        std::span<const int64_t>(&one, 1), expected_view);
     if (!e.ok()) report("one-row encode", e.to_string());
   }
-  if (std::memcmp(expected.data, c.pages->data, c.pages->size + 64) != 0) {
-    for (size_t i = 0; i < c.pages->size + 64; ++i) {
+  if (std::memcmp(expected.data, c.pages->data, c.pages->bytes) != 0) {
+    for (size_t i = 0; i < c.pages->bytes; ++i) {
       if (expected.data[i] != c.pages->data[i]) {
         report(stage,
                str_cat("cache byte ", i, ": got ", int{c.pages->data[i]}, ", expected ",
@@ -269,7 +238,7 @@ void fuzz_encode(FuzzedDataProvider& in, bool bf16) {
     }
   }
   // Independently of the codec: only the given slots' byte ranges may differ from before.
-  std::vector<bool> owned(c.pages->size + 64, false);
+  std::vector<bool> owned(c.pages->bytes, false);
   for (const auto& [slot, row] : last_row) {
     for (auto [lo, hi] : slot_ranges(c.view, slot)) {
       for (int64_t b = lo; b < hi; ++b) owned[b] = true;

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -39,20 +38,7 @@ std::string cat(const Parts&... parts) {
   return str_cat(parts...);
 }
 
-// 16-byte aligned zeroed bytes.
-struct AlignedBytes {
-  explicit AlignedBytes(size_t n)
-      : size(n),
-        data(static_cast<uint8_t*>(::operator new (n == 0 ? 16 : n, std::align_val_t{64}))) {
-    std::memset(data, 0, n == 0 ? 16 : n);
-  }
-  ~AlignedBytes() { ::operator delete (data, std::align_val_t{64}); }
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  size_t size;
-  uint8_t* data;
-};
-
+using fuzz::AlignedBytes;
 using fuzz::bits_of;
 using fuzz::float_of;
 
@@ -127,7 +113,7 @@ void fuzz_decode(FuzzedDataProvider& in) {
   const __int128 real_bytes = must_reject ? 0 : static_cast<__int128>(num_blocks) * stride;
   if (real_bytes > kMaxCacheBytes) return;
   const int64_t bytes = static_cast<int64_t>(real_bytes);
-  AlignedBytes pages(static_cast<size_t>(bytes) + 16);
+  AlignedBytes pages(static_cast<size_t>(bytes) + 16, 0, 0);
   const std::vector<uint8_t> content_bytes = in.ConsumeBytes<uint8_t>(
       in.ConsumeIntegralInRange<size_t>(0, static_cast<size_t>(std::min<int64_t>(bytes, 4096))));
   // Spread the fuzzed bytes over the pages so that every region (codes, RoPE, scales) gets some.
@@ -204,8 +190,7 @@ void fuzz_round_trip(FuzzedDataProvider& in) {
   const int64_t num_blocks = in.ConsumeIntegralInRange<int64_t>(1, 3);
   const int64_t stride = (int64_t{block_size} * cache_token_bytes(dtype) + 15) / 16 * 16 +
                          16 * in.ConsumeIntegralInRange<int>(0, 2);
-  AlignedBytes pages(static_cast<size_t>(num_blocks * stride));
-  std::memset(pages.data, 0xA5, pages.size);
+  AlignedBytes pages(static_cast<size_t>(num_blocks * stride), 0, 0xA5);
   KvCacheView cache{pages.data, num_blocks, block_size, stride, dtype, MemorySpace::kHost};
 
   const int64_t num_slots = num_blocks * block_size;
