@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_cuda_problem.h"
 #include "common/fp8_e4m3.h"
 #include "cuda/attention_ds_mla.cuh"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
+#include "support/attention_cuda_problem.h"
 #include "support/device_array.h"
 #include "support/status_matchers.h"
 

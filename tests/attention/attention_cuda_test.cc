@@ -2,7 +2,7 @@
 // CUDA sparse attention vs the CPU reference on random data (never zeros) over a sample of
 // heads x widths x extra widths x page sizes x batches x cache dtypes x kernels, outputs poisoned
 // first. Tolerance: tests/support/attention_compare.h (elementwise against the double and fp32
-// references; NaN never passes). The problems: tests/attention/attention_cuda_problem.h.
+// references; NaN never passes). The problems: tests/support/attention_cuda_problem.h.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_cuda_problem.h"
 #include "cuda/attention_ds_mla.cuh"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
+#include "support/attention_cuda_problem.h"
 #include "support/device_array.h"
 #include "support/status_matchers.h"
 
