@@ -421,6 +421,33 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
+TEST(AttentionCuda, ZeroAndNegativeScalesMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  // Any finite scale is allowed: with a zero one every valid key weighs the same, with a negative
+  // one the lowest scores weigh most (a kernel that took the raw scores' maximum before scaling
+  // would get both wrong).
+  for (const CacheDtype dtype : {kBf, kDs}) {
+    for (const AttentionKernel kernel : {AttentionKernel::kDecode, kPre}) {
+      for (const float scale : {-0.06f, 0.0f, 0.06f}) {
+        SmallProblem p(64, 6, 150, dtype);
+        p.hp.softmax_scale = scale;
+        p.hp.kernel = kernel;
+        DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});
+        if (sparse_attention_kernel(dev.params()) == AttentionKernel::kAuto) {
+          GTEST_SKIP() << "no sm_90a code for this device";
+        }
+        SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const AttentionComparison e =
+            compare_attention(p.hp, dev.out(), dev.lse(), rounds_p(dev.params()));
+        EXPECT_EQ(e.failures, 0) << "dtype " << static_cast<int>(dtype) << ", kernel "
+                                 << static_cast<int>(kernel) << ", scale " << scale << ": "
+                                 << e.first_failure;
+      }
+    }
+  }
+}
+
 TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   SKIP_WITHOUT_GPU();
   int device = 0, sms = 0;
