@@ -9,7 +9,10 @@
 //   Table 2, the producer's loop: one warpgroup per SM loads block b + 1 while it decodes block b
 //   into bf16 rows in shared memory (the library's conversion and swizzle), with the L2 warm or
 //   flushed before each launch, and with 0 or 2 more warpgroups streaming 16-byte shared-memory
-//   reads meanwhile (as the math warpgroups' wgmma operands do).
+//   reads meanwhile (as the math warpgroups' wgmma operands do). "registers": the kernel's way,
+//   block b + 1's bytes loaded into registers; "cp.async N": the same bytes copied by `cp.async`
+//   into N raw stages in shared memory, N - 1 blocks in flight, each thread reading back the
+//   chunks it copied (no barrier) just before it decodes them.
 //   sparse_swa_gather_bench [--blocks N] [--smem-kb N] [--reps N]  (N KB of dynamic shared
 //   memory per CTA in table 1: what is left of the SM's 256 KB is its L1)
 // Prints GB/s of row bytes (584 a key) and cycles per block and group.
@@ -143,6 +146,97 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
   out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
 }
 
+// A block's raw bytes in shared memory: [32 keys, 576] row bytes, then [32 keys, 4 parts] scale
+// words (each thread copies its key's 8 scale bytes for itself).
+constexpr int kRawScalesOff = kBlockKeys * kRowBytes;
+constexpr int kRawStage = kRawScalesOff + kBlockKeys * 4 * kScaleBytes;
+template <int S>
+constexpr int staged_smem() {
+  return 2 * kBufBytes + kReadBytes + S * kRawStage + 16;
+}
+
+// As pipeline_kernel, the bytes by cp.async into S raw stages (block b + S - 1 copied while block
+// b is decoded); two bf16 buffers are enough for a producer that nothing reads.
+template <int R, int S>
+__global__ void __launch_bounds__(128 * (R + 1), 1)
+    staged_kernel(const uint8_t* pool, const int32_t* slots, int blocks, uint32_t* out,
+                  long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint8_t* const raw0 = smem + 2 * kBufBytes + kReadBytes;
+  volatile uint32_t* done = reinterpret_cast<volatile uint32_t*>(raw0 + S * kRawStage);
+  if (threadIdx.x == 0) *done = 0;
+  __syncthreads();
+  uint32_t acc = 0;
+  if (threadIdx.x >= 128) {
+    const uint8_t* src = smem + 2 * kBufBytes;
+    for (int it = 0; *done == 0; ++it) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int off = ((threadIdx.x - 128) * 16 + i * 4096 + it * 64) & (kReadBytes - 1);
+        const uint4 v = *reinterpret_cast<const uint4*>(src + off);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      }
+    }
+  } else {
+    namespace ptx = sparse_swa::detail::ptx;
+    const int t = threadIdx.x, key = t >> 2, part = t & 3;
+    const int32_t* mine = slots + int64_t{blockIdx.x} * blocks * kBlockKeys;
+    const auto copy_block = [&](int b) {  // this thread's chunks of block b into stage b % S
+      if (b < blocks) {
+        const int32_t slot = mine[b * kBlockKeys + key];
+        const uint8_t* page = pool + int64_t{slot / kPageSlots} * kPageBytes;
+        const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
+        const uint32_t dst = ptx::smem_addr(raw0 + (b % S) * kRawStage + key * kRowBytes);
+#pragma unroll
+        for (int i = 0; i < 7; ++i)
+          ptx::cp_async_16(dst + (part + 4 * i) * 16, row + (part + 4 * i) * 16);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int off = kNopeDim + (part + 4 * i) * 16;
+          ptx::cp_async_16(dst + off, row + off);
+        }
+        ptx::cp_async_8(
+            ptx::smem_addr(raw0 + (b % S) * kRawStage + kRawScalesOff + t * kScaleBytes),
+            page + kPageSlots * kRowBytes + (slot % kPageSlots) * kScaleBytes);
+      }
+      ptx::cp_async_commit();
+    };
+    for (int b = 0; b < S - 1; ++b) copy_block(b);
+    const long long start = clock64();
+    for (int b = 0; b < blocks; ++b) {
+      copy_block(b + S - 1);  // into the stage block b - 1 was read from
+      ptx::cp_async_wait<S - 1>();
+      const uint8_t* raw = raw0 + (b % S) * kRawStage;
+      RawKey cur;
+#pragma unroll
+      for (int i = 0; i < 7; ++i) {
+        cur.nope[i] = *reinterpret_cast<const uint4*>(raw + key * kRowBytes + (part + 4 * i) * 16);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        cur.rope[i] =
+            *reinterpret_cast<const uint4*>(raw + key * kRowBytes + kNopeDim + (part + 4 * i) * 16);
+      }
+      cur.scales = *reinterpret_cast<const uint2*>(raw + kRawScalesOff + t * kScaleBytes);
+      uint8_t* k = smem + (b & 1) * kBufBytes;
+      ds::store_nope_share<false>(cur.nope, cur.scales, k, key, part, kBlockKeys);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
+            cur.rope[i];
+      }
+    }
+    const long long stop = clock64();
+    asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done
+    if (t == 0) {
+      cycles[blockIdx.x] = stop - start;
+      *done = 1;
+    }
+    acc = *reinterpret_cast<const uint32_t*>(smem + t * 16);
+  }
+  out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
+}
+
 // The first `slots` slots of a pool allocation, under a name for the table.
 struct Pool {
   const char* name;
@@ -201,23 +295,22 @@ void run(const Pool& pool, int sms, int blocks, int smem, int reps, std::mt19937
 
 // Table 2's row: the producer's loop on one CTA per SM, R reader warpgroups beside it; flush
 // (256 MiB, or nullptr for a warm L2) written before each launch.
-template <int R>
+using PipelineKernel = void (*)(const uint8_t*, const int32_t*, int, uint32_t*, long long*);
 void run_pipeline(const Pool& pool, int sms, int blocks, int reps, uint8_t* flush,
-                  std::mt19937* rng) {
+                  std::mt19937* rng, const char* how, int readers, PipelineKernel kernel,
+                  int smem) {
   const int64_t keys = int64_t{sms} * blocks * kBlockKeys;
   int32_t* slots = random_slots(pool, keys, rng);
   uint32_t* out = nullptr;
   long long* cycles = nullptr;
-  CUDA_OK(cudaMalloc(&out, int64_t{sms} * 128 * (R + 1) * sizeof(uint32_t)));
+  CUDA_OK(cudaMalloc(&out, int64_t{sms} * 128 * (readers + 1) * sizeof(uint32_t)));
   CUDA_OK(cudaMalloc(&cycles, sms * sizeof(long long)));
-  CUDA_OK(cudaFuncSetAttribute(&pipeline_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kPipelineSmem));
+  CUDA_OK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<double> per_block(reps);
   std::vector<long long> cyc(sms);
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
     if (flush != nullptr) CUDA_OK(cudaMemset(flush, r & 0xff, kFlushBytes));
-    pipeline_kernel<R>
-        <<<sms, 128 * (R + 1), kPipelineSmem>>>(pool.bytes, slots, blocks, out, cycles);
+    kernel<<<sms, 128 * (readers + 1), smem>>>(pool.bytes, slots, blocks, out, cycles);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaMemcpy(cyc.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
     if (r < 0) continue;
@@ -226,8 +319,8 @@ void run_pipeline(const Pool& pool, int sms, int blocks, int reps, uint8_t* flus
     per_block[r] = mean / blocks;
   }
   std::sort(per_block.begin(), per_block.end());
-  std::printf("%-6s %-7s %7d %9.0f\n", pool.name, flush != nullptr ? "flushed" : "warm", R,
-              per_block[reps / 2]);
+  std::printf("%-6s %-7s %-11s %7d %9.0f\n", pool.name, flush != nullptr ? "flushed" : "warm", how,
+              readers, per_block[reps / 2]);
   CUDA_OK(cudaFree(slots));
   CUDA_OK(cudaFree(out));
   CUDA_OK(cudaFree(cycles));
@@ -279,13 +372,20 @@ int main(int argc, char** argv) {
   }
   std::printf("\nthe producer's loop, one CTA per SM (cycles per block, median of %d runs)\n",
               reps);
-  std::printf("%-6s %-7s %7s %9s\n", "pool", "L2", "readers", "cyc/blk");
+  std::printf("%-6s %-7s %-11s %7s %9s\n", "pool", "L2", "bytes", "readers", "cyc/blk");
   uint8_t* flush = nullptr;
   CUDA_OK(cudaMalloc(&flush, kFlushBytes));
   for (const Pool& p : {Pool{"19MB", pool, small_slots}, Pool{"2.4GB", pool, large_slots}}) {
     for (uint8_t* f : {static_cast<uint8_t*>(nullptr), flush}) {
-      run_pipeline<0>(p, sms, blocks, reps, f, &rng);
-      run_pipeline<2>(p, sms, blocks, reps, f, &rng);
+      const auto row = [&](const char* how, int readers, PipelineKernel k, int smem) {
+        run_pipeline(p, sms, blocks, reps, f, &rng, how, readers, k, smem);
+      };
+      row("registers", 0, &pipeline_kernel<0>, kPipelineSmem);
+      row("registers", 2, &pipeline_kernel<2>, kPipelineSmem);
+      row("cp.async 2", 0, &staged_kernel<0, 2>, staged_smem<2>());
+      row("cp.async 2", 2, &staged_kernel<2, 2>, staged_smem<2>());
+      row("cp.async 3", 0, &staged_kernel<0, 3>, staged_smem<3>());
+      row("cp.async 3", 2, &staged_kernel<2, 3>, staged_smem<3>());
     }
   }
   CUDA_OK(cudaFree(flush));
