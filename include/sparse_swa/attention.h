@@ -71,9 +71,12 @@ struct SparseAttentionParams {
   int32_t* bad_index_count = nullptr;
 
   // CUDA only, optional device scratch, 16-byte aligned: lets the kernel split each token's keys
-  // over several CTAs when tokens x heads alone would leave SMs idle (small batches). Size it with
-  // sparse_attention_workspace_bytes(); none, or too small, only means fewer splits. Reused by
-  // every call on the same stream (calls on different streams need their own).
+  // over several CTAs when tokens x heads alone would leave SMs idle (small batches), and decode
+  // each key of fp8_ds_mla caches once for prefill batches whose tokens share their keys
+  // (docs/design.md#decoded-keys: a bf16 copy of the caches, 1 KB a slot). Size it with
+  // sparse_attention_workspace_bytes(); none, or too small, only means fewer splits or keys
+  // decoded per use. Reused by every call on the same stream (calls on different streams need
+  // their own).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
 
@@ -105,9 +108,9 @@ struct SparseAttentionParams {
 // cuda_stream is a cudaStream_t (nullptr = default stream; ignored on the CPU).
 Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream = nullptr);
 
-// Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths, query groups)
-// on the current device: 0 when it would neither split the keys nor share them within query
-// groups, without a CUDA build or without a device.
+// Workspace bytes the CUDA backend uses for these shapes (tokens, heads, row widths, query groups,
+// cache sizes) on the current device: 0 when it would neither split the keys, nor share them
+// within query groups, nor decode them once; 0 without a CUDA build or without a device.
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 
 // The kernel the CUDA backend runs for these params (shapes, cache dtypes, params.kernel) on the
@@ -116,11 +119,12 @@ int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 // bf16 once before P V (docs/design.md#attention-precision).
 AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params);
 
-// The most sparse_attention_workspace_bytes() gives for any shape without query groups on the
-// current device (the split-KV planner fills the SMs once, so the bound depends on the device
-// only): a workspace of this size serves every such call. Query groups need room for their key
-// lists as well (it grows with tokens and widths): size those calls' workspace with
-// sparse_attention_workspace_bytes(). 0 without a CUDA build or device.
+// The most sparse_attention_workspace_bytes() gives for any shape without query groups or
+// decoded keys on the current device (the split-KV planner fills the SMs once, so the bound
+// depends on the device only): a workspace of this size serves every call. Query groups need room
+// for their key lists (it grows with tokens and widths), decoded keys for a bf16 copy of the
+// caches: size those calls' workspace with sparse_attention_workspace_bytes(). 0 without a CUDA
+// build or device.
 int64_t sparse_attention_max_workspace_bytes();
 
 // An owned device allocation of sparse_attention_max_workspace_bytes() on the current device,

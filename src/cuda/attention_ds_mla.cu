@@ -374,6 +374,47 @@ bool query_groups_apply(const SparseAttentionParams& p, int64_t max_keys, int nu
          slots < (int64_t{1} << 31);
 }
 
+// Decoded keys (docs/design.md#decoded-keys): the slot space of the two caches (one cache's
+// when both segments view the same one) and where the extra cache's slots start in it.
+struct DecodedSlots {
+  int64_t slots, first1;
+};
+DecodedSlots decoded_slots(const SparseAttentionParams& p) {
+  const int64_t n0 = p.swa_cache.num_slots();
+  if (p.extra_indices.rows == 0) return {n0, n0};
+  const ConstKvCacheView &c0 = p.swa_cache, &c1 = p.extra_cache;
+  const bool same = c0.data == c1.data && c0.num_blocks == c1.num_blocks &&
+                    c0.block_size == c1.block_size && c0.page_stride_bytes == c1.page_stride_bytes;
+  return same ? DecodedSlots{n0, 0} : DecodedSlots{n0 + c1.num_slots(), n0};
+}
+// The workspace: [slots] marks, then (16-byte aligned) [slots] bf16 rows of 1024 bytes.
+int64_t decoded_rows_offset(int64_t slots) { return align16(slots); }
+int64_t decoded_keys_bytes(int64_t slots) {
+  return decoded_rows_offset(slots) + slots * kBf16TokenBytes;
+}
+// The bf16 kernel reads the rows as pages of 64 slots, back to back.
+constexpr int32_t kDecodedPage = 64;
+
+// Decoding each key once pays where a call reads its keys many times over (the benchmark's
+// prefill shapes, ~80 reads a key: 20-30 % faster, bench/README.md#variant-log, run 125):
+// fp8_ds_mla caches, a prefill-sized call (two waves of CTAs or more: never split) and at least
+// four entries a slot of the slot space, which bounds the passes' work (a byte and at most one
+// decode a slot) by a fraction of the attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns
+// them off (development A/B).
+bool decoded_keys_apply(const SparseAttentionParams& p, int64_t max_keys, int num_sms,
+                        int64_t ctas) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_DECODED_KEYS");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  const bool extra = p.extra_indices.rows != 0;
+  const int64_t slots = decoded_slots(p).slots;
+  return enabled && p.kernel != AttentionKernel::kDecode &&
+         p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
+         (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) && ctas >= 2 * int64_t{num_sms} &&
+         slots > 0 && p.num_tokens * max_keys >= 4 * slots;
+}
+
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
@@ -390,6 +431,14 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
     if (workspace_bytes < 0 || workspace_bytes >= bytes) {
       plan.query_group = static_cast<int32_t>(g);
       plan.group_cap = g * max_keys;
+      plan.workspace_bytes = bytes;
+      return plan;
+    }
+  }
+  if (decoded_keys_apply(p, max_keys, num_sms, ctas)) {
+    const int64_t bytes = decoded_keys_bytes(decoded_slots(p).slots);
+    if (workspace_bytes < 0 || workspace_bytes >= bytes) {
+      plan.decoded_keys = true;
       plan.workspace_bytes = bytes;
       return plan;
     }
@@ -517,9 +566,26 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // cannot fit m16n8k16 QK beside wgmma PV in the register budget).
   const bool qk = use_wgmma_qk(), pv = qk && use_wgmma_pv();
   if (plan.query_group > 1) SPARSE_SWA_RETURN_IF_ERROR(launch_query_group_union(a, stream));
+  if (plan.decoded_keys) {
+    // The keys decoded into the workspace; the kernel reads them as bf16 caches through the
+    // call's own rows (so it also masks and counts their bad entries).
+    const DecodedSlots ds = decoded_slots(p);
+    uint8_t* w = static_cast<uint8_t*>(p.workspace);
+    const DecodedKeys d{w, w + decoded_rows_offset(ds.slots), ds.slots, ds.first1};
+    SPARSE_SWA_RETURN_IF_ERROR(launch_decoded_keys(a, d, num_sms, stream));
+    const auto [magic, shift] = block_divider(kDecodedPage);
+    for (Segment* s : {&a.seg0, &a.seg1}) {
+      s->block_size = kDecodedPage;
+      s->block_magic = magic;
+      s->block_shift = shift;
+      s->page_stride = int64_t{kDecodedPage} * kBf16TokenBytes;
+    }
+    a.seg0.cache = d.rows;
+    a.seg1.cache = d.rows + ds.first1 * kBf16TokenBytes;
+  }
+  const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
   const Status launched =
-      plan.prefill ? (p.swa_cache.dtype == CacheDtype::kBf16 ? launch_prefill_bf16(a, stream)
-                                                             : launch_prefill_fp8(a, stream))
+      plan.prefill ? (bf16_rows ? launch_prefill_bf16(a, stream) : launch_prefill_fp8(a, stream))
       : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);

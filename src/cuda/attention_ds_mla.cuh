@@ -26,6 +26,9 @@ struct DsMlaPlan {
   // their key lists (docs/design.md#query-groups), built into the workspace; never split.
   int32_t query_group = 1;
   int64_t group_cap = 0;  // entries per group's union: query_group x (both row widths)
+  // Decoded keys (docs/design.md#decoded-keys): the fp8_ds_mla keys the rows name are decoded once
+  // into a bf16 copy of the caches in the workspace, which the bf16 prefill kernel reads.
+  bool decoded_keys = false;
   int64_t workspace_bytes = 0;
 };
 
@@ -41,7 +44,9 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, query group size, cache sizes, the
 // device's SM count), never from device data: query groups (prefill kernel) when they fill the
-// SMs and the workspace holds their unions; else splits only when tokens x head groups leave SMs
+// SMs and the workspace holds their unions; else decoded keys for prefill-sized calls on
+// fp8_ds_mla caches that name each slot several times, when the workspace holds them; else splits
+// only when tokens x head groups leave SMs
 // idle, and never more than the caller's workspace holds (`workspace_bytes` < 0: as many as
 // wanted, for sizing); the prefill kernel runs the unsplit plans and the split ones whose slices
 // get two pairs of blocks or more, the decode kernel the other split plans (params.kernel can

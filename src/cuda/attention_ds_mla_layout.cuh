@@ -217,6 +217,18 @@ Status launch_prefill_bf16(Args& a, cudaStream_t stream);
 constexpr int kMaxGroupEntries = 4096;  // a group's entries (query_group x both widths), at most
 Status launch_query_group_union(const Args& a, cudaStream_t stream);
 
+// Decoded keys (docs/design.md#decoded-keys): the workspace's parts for one call. The two caches'
+// slots are one slot space: SWA slot s is k = s, extra slot s is k = first1 + s (first1 = 0 when
+// both segments view one cache, else the SWA cache's slots).
+struct DecodedKeys {
+  uint8_t* marks;  // [slots] 1: some entry names slot k
+  uint8_t* rows;   // [slots, 512] bf16: row k = slot k decoded (marked slots only)
+  int64_t slots;
+  int64_t first1;
+};
+// The two passes before the bf16 prefill kernel reads `rows` (attention_decoded_keys.cu).
+Status launch_decoded_keys(const Args& a, const DecodedKeys& d, int num_sms, cudaStream_t stream);
+
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its
 // MMAs; the producer skips decoding.
 // 16: per-role cycle accounts (RoleClock, profile builds only), printed after an eager call.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -419,6 +420,88 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const AttentionComparison e = compare_attention(hp, dev.out(), dev.lse(), rounds_p(dev.params()));
   EXPECT_EQ(e.failures, 0) << e.first_failure;
+}
+
+TEST(AttentionCuda, DecodedKeysMatchTheReferenceAndCountBadEntries) {
+  SKIP_WITHOUT_GPU();
+  // A prefill-sized call on two fp8_ds_mla caches that names each slot ~200 times: with room in
+  // the workspace its keys are decoded once (docs/design.md#decoded-keys), without it the kernel
+  // reads the caches. Pages of 2 and 64 slots, a row stride past the width, lens 0 / full /
+  // random, -1 holes, sinks, and planted entries past the caches and below -1 (masked, counted
+  // once).
+  const int sms = sm_count();
+  const int64_t T = 2 * sms + 7;
+  const int32_t H = 64, W0 = 128, W1 = 200;
+  HostCache swa(kDs, 2, 96, 31), extra(kDs, 64, 320, 32);
+  IndexRows swa_rows(T, W0, W0), extra_rows(T, W1, W1 + 3);
+  std::mt19937 rng(33);
+  fill_rows(&swa_rows, swa.num_slots(), &rng);
+  fill_rows(&extra_rows, extra.num_slots(), &rng);
+  IndexRows swa_masked = swa_rows, extra_masked = extra_rows;
+  int32_t planted_swa = 0, planted = 0;
+  for (int64_t t = 0; t < T; t += 5) {
+    if (swa_rows.lens[t] > 0) {
+      swa_rows.data[t * W0] = static_cast<int32_t>(swa.num_slots() + t);
+      swa_masked.data[t * W0] = -1;
+      ++planted_swa;
+    }
+    if (extra_rows.lens[t] > 2) {
+      extra_rows.data[t * extra_rows.stride + 1] = std::numeric_limits<int32_t>::max();
+      extra_rows.data[t * extra_rows.stride + 2] = -3;
+      extra_masked.data[t * extra_rows.stride + 1] = extra_masked.data[t * extra_rows.stride + 2] =
+          -1;
+      planted += 2;
+    }
+  }
+  std::vector<uint16_t> q = random_q(T * H, 34);
+  std::vector<float> sinks(H);
+  for (int32_t h = 0; h < H; ++h) sinks[h] = 0.25f * (h % 7) - 0.75f;
+  SparseAttentionParams hp;
+  hp.num_tokens = T;
+  hp.num_heads = H;
+  hp.q = q.data();
+  hp.sinks = sinks.data();
+  hp.swa_cache = swa.view();
+  hp.swa_indices = swa_rows.view();
+  hp.extra_cache = extra.view();
+  hp.extra_indices = extra_rows.view();
+  planted += planted_swa;
+  SparseAttentionParams ref = hp;
+  ref.swa_indices = swa_masked.view();
+  ref.extra_indices = extra_masked.view();
+  for (const bool room : {true, false}) {
+    SCOPED_TRACE(room ? "decoded keys" : "no room: the caches read directly");
+    DeviceProblem dev(hp, swa, swa_rows, &extra, &extra_rows, q, sinks, room);
+    if (sparse_attention_kernel(dev.params()) == AttentionKernel::kAuto) {
+      GTEST_SKIP() << "no sm_90a code for this device";
+    }
+    const int64_t bytes = dev.params().workspace == nullptr ? 0 : dev.params().workspace_bytes;
+    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sms, bytes).decoded_keys, room);
+    SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dev.bad_count(), planted);
+    const AttentionComparison e =
+        compare_attention(ref, dev.out(), dev.lse(), rounds_p(dev.params()));
+    EXPECT_EQ(e.failures, 0) << e.first_failure;
+  }
+  // Both segments over one cache, as a prefill pool: one slot space, each key decoded once.
+  IndexRows pool_rows(T, W1, W1);
+  fill_rows(&pool_rows, swa.num_slots(), &rng);
+  SparseAttentionParams pooled = hp;
+  pooled.extra_cache = swa.view();
+  pooled.extra_indices = pool_rows.view();
+  DeviceProblem dev(pooled, swa, swa_rows, &swa, &pool_rows, q, sinks, true);
+  SparseAttentionParams one_cache = dev.params();
+  one_cache.extra_cache = one_cache.swa_cache;  // the device copy of the SWA cache
+  EXPECT_TRUE(
+      detail::plan_ds_mla_attention(one_cache, sms, one_cache.workspace_bytes).decoded_keys);
+  SPARSE_SWA_ASSERT_OK(sparse_attention(one_cache));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dev.bad_count(), planted_swa);
+  pooled.swa_indices = swa_masked.view();
+  const AttentionComparison e =
+      compare_attention(pooled, dev.out(), dev.lse(), rounds_p(dev.params()));
+  EXPECT_EQ(e.failures, 0) << "one cache: " << e.first_failure;
 }
 
 TEST(AttentionCuda, ZeroAndNegativeScalesMatchTheReference) {

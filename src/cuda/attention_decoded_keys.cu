@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Decoded keys (docs/design.md#decoded-keys): before a prefill-sized call on fp8_ds_mla caches
+// whose tokens share their keys, each key the rows name is decoded once into a bf16 copy of its
+// cache in the workspace (row k = slot k), which the bf16 prefill kernel then reads through the
+// call's own index rows. The fp8_ds_mla kernel decodes a key for every token that reads it, and
+// the decoded bytes cross the SM's shared memory on top of the loads
+// (bench/README.md#variant-log, run 124).
+//
+// On the stream, no host sync: the marks are cleared (by the launcher); mark_keys marks every
+// slot a valid entry names; decode_keys decodes each marked slot into its row, exactly as the
+// fp8_ds_mla kernel decodes into shared memory. Entries < -1 or past a cache are left to the bf16
+// kernel, which masks and counts them as the fp8_ds_mla kernel does.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_producer.cuh"
+#include "cuda/cuda_utils.h"
+
+namespace sparse_swa::detail::ds_mla {
+namespace {
+
+constexpr int kPassThreads = 256;
+
+// One block a token at a time; the marks are read first, so that a slot named by many tokens is
+// written a few times only.
+__global__ void __launch_bounds__(kPassThreads) mark_keys(const Args a, DecodedKeys d) {
+  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
+    for (int s = 0; s < a.num_segments; ++s) {
+      const Segment& seg = s == 0 ? a.seg0 : a.seg1;
+      uint8_t* marks = d.marks + (s == 0 ? 0 : d.first1);
+      const int32_t len = min(max(seg.lens[t], 0), seg.width);
+      for (int32_t j = threadIdx.x; j < len; j += kPassThreads) {
+        const int32_t idx = seg.indices[t * seg.row_stride + j];
+        if (idx >= 0 && static_cast<uint32_t>(idx) < seg.num_slots && marks[idx] == 0) {
+          marks[idx] = 1;
+        }
+      }
+    }
+  }
+}
+
+// One warp a slot: lanes 0..27 decode the 16 e4m3 codes of NoPE chunk `lane` (scale byte
+// lane / 4), lanes 28..31 copy 16 RoPE values each.
+__global__ void __launch_bounds__(kPassThreads) decode_keys(const Args a, DecodedKeys d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * (kPassThreads / 32);
+  for (int64_t k = (int64_t{blockIdx.x} * kPassThreads + threadIdx.x) >> 5; k < d.slots;
+       k += warps) {
+    if (d.marks[k] == 0) continue;  // the whole warp: k is the warp's
+    const bool swa = k < d.first1;
+    const Segment& s = swa ? a.seg0 : a.seg1;
+    uint32_t offset;
+    const uint8_t* page = slot_page(s, static_cast<uint32_t>(swa ? k : k - d.first1), offset);
+    const uint8_t* src = page + static_cast<int64_t>(offset) * kDsMlaTokenBytes;
+    uint4* dst = reinterpret_cast<uint4*>(d.rows + k * kBf16TokenBytes) + 2 * lane;
+    if (lane < kNopeChunks) {
+      const uint2 sc = *reinterpret_cast<const uint2*>(
+          page + static_cast<int64_t>(s.block_size) * kDsMlaTokenBytes +
+          static_cast<int64_t>(offset) * kDsMlaScaleBytes);
+      const uint4 v = *reinterpret_cast<const uint4*>(src + lane * 16);
+      uint4 lo, hi;
+      if (has_huge_scale(sc)) {
+        decode_nope_chunk<true>(v, sc, lane / 4, lo, hi);
+      } else {
+        decode_nope_chunk<false>(v, sc, lane / 4, lo, hi);
+      }
+      dst[0] = lo;
+      dst[1] = hi;
+    } else {
+      const uint4* rope = reinterpret_cast<const uint4*>(src + kNopeDim) + 2 * (lane - kNopeChunks);
+      dst[0] = rope[0];
+      dst[1] = rope[1];
+    }
+  }
+}
+
+}  // namespace
+
+Status launch_decoded_keys(const Args& a, const DecodedKeys& d, int num_sms, cudaStream_t stream) {
+  const cudaError_t err = cudaMemsetAsync(d.marks, 0, d.slots, stream);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return internal_error("sparse_attention: cannot clear the decoded keys' marks: ",
+                          cudaGetErrorString(err));
+  }
+  const unsigned tokens_grid =
+      static_cast<unsigned>(std::min<int64_t>(a.num_tokens, int64_t{num_sms} * 8));
+  const unsigned slots_grid = static_cast<unsigned>(std::min<int64_t>(
+      (d.slots + kPassThreads / 32 - 1) / (kPassThreads / 32), int64_t{num_sms} * 16));
+  mark_keys<<<tokens_grid, kPassThreads, 0, stream>>>(a, d);
+  decode_keys<<<slots_grid, kPassThreads, 0, stream>>>(a, d);
+  return Status::Ok();
+}
+
+}  // namespace sparse_swa::detail::ds_mla
