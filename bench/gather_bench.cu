@@ -94,6 +94,21 @@ constexpr int kBufBytes = ds::kKBytes;  // [32 keys, 512] bf16, swizzled
 constexpr int kReadBytes = 64 * 1024;   // what the readers stream (a Q-sized region)
 constexpr int kPipelineSmem = 4 * kBufBytes + kReadBytes + 16;
 
+// A reader warpgroup's loop: 16-byte reads of the kReadBytes at `src` until the producer sets
+// `done`; returns the folded words.
+__device__ uint32_t read_until_done(const uint8_t* src, volatile uint32_t* done) {
+  uint32_t acc = 0;
+  for (int it = 0; *done == 0; ++it) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int off = ((threadIdx.x - 128) * 16 + i * 4096 + it * 64) & (kReadBytes - 1);
+      const uint4 v = *reinterpret_cast<const uint4*>(src + off);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+  return acc;
+}
+
 // slots: [gridDim.x, blocks, 32]; out: [gridDim.x * blockDim.x] folded words; cycles:
 // [gridDim.x] the producer's loop. Warpgroups 1..R read while warpgroup 0 runs its loop.
 template <int R>
@@ -106,15 +121,7 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
   __syncthreads();
   uint32_t acc = 0;
   if (threadIdx.x >= 128) {
-    const uint8_t* src = smem + 4 * kBufBytes;
-    for (int it = 0; *done == 0; ++it) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int off = ((threadIdx.x - 128) * 16 + i * 4096 + it * 64) & (kReadBytes - 1);
-        const uint4 v = *reinterpret_cast<const uint4*>(src + off);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-      }
-    }
+    acc = read_until_done(smem + 4 * kBufBytes, done);
   } else {
     const int t = threadIdx.x, key = t >> 2, part = t & 3;
     const int32_t* mine = slots + int64_t{blockIdx.x} * blocks * kBlockKeys;
@@ -168,15 +175,7 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
   __syncthreads();
   uint32_t acc = 0;
   if (threadIdx.x >= 128) {
-    const uint8_t* src = smem + 2 * kBufBytes;
-    for (int it = 0; *done == 0; ++it) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int off = ((threadIdx.x - 128) * 16 + i * 4096 + it * 64) & (kReadBytes - 1);
-        const uint4 v = *reinterpret_cast<const uint4*>(src + off);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-      }
-    }
+    acc = read_until_done(smem + 2 * kBufBytes, done);
   } else {
     namespace ptx = sparse_swa::detail::ptx;
     const int t = threadIdx.x, key = t >> 2, part = t & 3;
