@@ -412,7 +412,7 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t max_keys, int nu
   return enabled && p.kernel != AttentionKernel::kDecode &&
          p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
          (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) && ctas >= 2 * int64_t{num_sms} &&
-         slots > 0 && p.num_tokens * max_keys >= 4 * slots;
+         slots > 0 && slots < (int64_t{1} << 31) && p.num_tokens * max_keys >= 4 * slots;
 }
 
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
