@@ -96,6 +96,58 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
 
 // Query groups: the unions' workspace is [G, cap] slots and token bits and [G, 2] lens, each
 // rounded up to 16 bytes; the prefill kernel takes them, unsplit.
+// Decoded keys (docs/design.md#decoded-keys): prefill-sized calls on fp8_ds_mla caches whose rows
+// hold 4 or more entries a slot decode each key once into a bf16 copy (1 KB a slot after a byte a
+// slot of marks), where the workspace holds it.
+TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
+  constexpr int kSms = 132;
+  static const uint8_t swa_bytes[16] = {}, extra_bytes[16] = {};  // addresses only
+  SparseAttentionParams p;
+  p.num_heads = 64;
+  p.swa_cache = {swa_bytes, 512, 64, 64 * 576, CacheDtype::kFp8DsMla, MemorySpace::kDevice};
+  p.extra_cache = p.swa_cache;  // both segments over one cache of 32768 slots
+  p.swa_indices.width = 128;
+  p.extra_indices.width = 512;
+  auto plan = [&](int64_t tokens, int64_t workspace) {
+    p.num_tokens = tokens;
+    p.swa_indices.rows = tokens;
+    p.extra_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, kSms, workspace);
+  };
+  const int64_t one_cache = 32768 + 32768 * int64_t{1024};
+  detail::DsMlaPlan d = plan(4096, -1);  // 2.6 M entries over 32768 slots
+  EXPECT_TRUE(d.decoded_keys);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 1);
+  EXPECT_EQ(d.workspace_bytes, one_cache);
+  EXPECT_TRUE(plan(4096, one_cache).decoded_keys);
+  d = plan(4096, one_cache - 1);  // no room: the caches read directly
+  EXPECT_FALSE(d.decoded_keys);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.workspace_bytes, 0);
+  // Two caches: two slot spaces.
+  p.extra_cache.data = extra_bytes;
+  EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 + 65536 * int64_t{1024});
+  // Fewer than 4 entries a slot (300 x 640 < 4 x 65536), or fewer than two waves of CTAs
+  // (263 tokens x one head group against 132 SMs): read directly.
+  EXPECT_FALSE(plan(300, -1).decoded_keys);
+  p.swa_cache.num_blocks = p.extra_cache.num_blocks = 16;  // 1024 slots each
+  EXPECT_FALSE(plan(263, -1).decoded_keys);
+  EXPECT_TRUE(plan(264, -1).decoded_keys);
+  p.num_heads = 128;  // two head groups: 132 tokens are two waves
+  EXPECT_TRUE(plan(132, -1).decoded_keys);
+  EXPECT_FALSE(plan(131, -1).decoded_keys);
+  // Forced kernels: the prefill kernel may, the decode kernel never.
+  p.kernel = AttentionKernel::kPrefill;
+  EXPECT_TRUE(plan(132, -1).decoded_keys);
+  p.kernel = AttentionKernel::kDecode;
+  EXPECT_FALSE(plan(132, -1).decoded_keys);
+  p.kernel = AttentionKernel::kAuto;
+  // bf16 caches are read as they are.
+  p.swa_cache.dtype = p.extra_cache.dtype = CacheDtype::kBf16;
+  EXPECT_FALSE(plan(132, -1).decoded_keys);
+}
+
 TEST(AttentionPlan, QueryGroupsTakeThePrefillKernelWhenTheyFillTheSms) {
   constexpr int kSms = 132;
   SparseAttentionParams p;
