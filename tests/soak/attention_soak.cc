@@ -20,7 +20,7 @@ constexpr int32_t kPoisonSlots = 16;  // slots [0, 16) hold NaN keys: never insi
 struct Shape {
   int32_t heads, width, extra_width, swa_block, extra_block, tokens;
   CacheDtype swa_dtype, extra_dtype;
-  bool sinks, split;
+  bool sinks, workspace;  // workspace: sized by sparse_attention_workspace_bytes()
 };
 
 constexpr CacheDtype kDs = CacheDtype::kFp8DsMla;
@@ -29,8 +29,9 @@ constexpr CacheDtype kE4 = CacheDtype::kFp8E4m3;
 
 // Small shapes (a sampled call's two CPU references stay well under a second): heads that are
 // and are not multiples of the 16-head group, widths off multiples of 32, page sizes 2 to 256,
-// both kernels (fp8_ds_mla only: tensor cores on sm_90a), one or two segments, sinks, splits
-// (the last two: the prefill kernels' 5 slices merged inside a cluster).
+// both kernels (fp8_ds_mla only: tensor cores on sm_90a), one or two segments, sinks, a workspace
+// (splits; the 16- and 24-head shapes: the prefill kernels' 5 slices merged inside a cluster; the
+// 270-token one: decoded keys, docs/design.md#decoded-keys, on devices of up to 135 SMs).
 constexpr Shape kShapes[] = {
     {1, 1, 0, 64, 0, 8, kDs, kDs, false, false},
     {8, 63, 100, 64, 2, 16, kDs, kDs, true, false},
@@ -50,6 +51,7 @@ constexpr Shape kShapes[] = {
     {1, 2048, 0, 64, 0, 2, kE4, kE4, false, false},
     {16, 128, 512, 64, 64, 16, kDs, kDs, true, true},
     {24, 128, 512, 64, 64, 20, kBf, kBf, false, true},
+    {8, 64, 100, 64, 2, 270, kDs, kDs, true, true},
 };
 
 std::string shape_name(const Shape& s) {
@@ -57,7 +59,7 @@ std::string shape_name(const Shape& s) {
          " E=" + std::to_string(s.extra_width) + " B=" + std::to_string(s.swa_block) + "/" +
          std::to_string(s.extra_block) + " T=" + std::to_string(s.tokens) + " " +
          cache_dtype_name(s.swa_dtype) + "/" + cache_dtype_name(s.extra_dtype) +
-         (s.sinks ? " sinks" : "") + (s.split ? " split" : "");
+         (s.sinks ? " sinks" : "") + (s.workspace ? " workspace" : "");
 }
 
 std::string cuda_error(cudaError_t err, const char* what) {
@@ -228,7 +230,7 @@ Status AttentionSoak::setup() {
       dp.bad_index_count = p->dev_bad.get();
       p->device[v] = dp;
     }
-    if (s.split) {
+    if (s.workspace) {
       const int64_t bytes = sparse_attention_workspace_bytes(p->device[0]);
       SPARSE_SWA_RETURN_IF_ERROR(p->workspace.allocate(static_cast<size_t>(bytes)));
       for (SparseAttentionParams& dp : p->device) {
