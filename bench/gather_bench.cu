@@ -46,19 +46,32 @@ struct RawKey {
   uint4 rope[2];  // RoPE chunks part and part + 4
   uint2 scales;
 };
-__device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int part, RawKey& r) {
+// Byte offsets of a share's chunks in a key's row: NoPE chunk i, RoPE chunk i.
+__device__ __forceinline__ int nope_offset(int part, int i) { return (part + 4 * i) * 16; }
+__device__ __forceinline__ int rope_offset(int part, int i) {
+  return kNopeDim + (part + 4 * i) * 16;
+}
+// Where a slot's row and scale bytes lie in the pool.
+struct KeyPlace {
+  const uint8_t* row;
+  const uint8_t* scales;
+};
+__device__ __forceinline__ KeyPlace key_place(const uint8_t* pool, int32_t slot) {
   const uint8_t* page = pool + int64_t{slot / kPageSlots} * kPageBytes;
-  const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
+  return {page + (slot % kPageSlots) * kRowBytes,
+          page + kPageSlots * kRowBytes + (slot % kPageSlots) * kScaleBytes};
+}
+__device__ __forceinline__ void load_key(const uint8_t* pool, int32_t slot, int part, RawKey& r) {
+  const KeyPlace at = key_place(pool, slot);
 #pragma unroll
   for (int i = 0; i < 7; ++i) {
-    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(row + (part + 4 * i) * 16));
+    r.nope[i] = __ldg(reinterpret_cast<const uint4*>(at.row + nope_offset(part, i)));
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(row + kNopeDim + (part + 4 * i) * 16));
+    r.rope[i] = __ldg(reinterpret_cast<const uint4*>(at.row + rope_offset(part, i)));
   }
-  r.scales = __ldg(reinterpret_cast<const uint2*>(page + kPageSlots * kRowBytes +
-                                                  (slot % kPageSlots) * kScaleBytes));
+  r.scales = __ldg(reinterpret_cast<const uint2*>(at.scales));
 }
 
 // slots: [gridDim.x * W, blocks, 32] slot ids; out: [gridDim.x * 128 W] folded words; cycles:
@@ -93,6 +106,27 @@ static_assert(kBlockKeys == ds::kKeys);
 constexpr int kBufBytes = ds::kKBytes;  // [32 keys, 512] bf16, swizzled
 constexpr int kReadBytes = 64 * 1024;   // what the readers stream (a Q-sized region)
 constexpr int kPipelineSmem = 4 * kBufBytes + kReadBytes + 16;
+
+// A share decoded into the swizzled bf16 rows of buffer k, as the kernel's producer stores it.
+__device__ __forceinline__ void store_key(const RawKey& r, uint8_t* k, int key, int part) {
+  ds::store_nope_share<false>(r.nope, r.scales, k, key, part, kBlockKeys);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
+        r.rope[i];
+  }
+}
+
+// The producer's end: once all 128 producer threads are done, thread 0 records the loop's cycles
+// and stops the readers.
+__device__ __forceinline__ void finish_producer(long long loop_cycles, long long* cycles,
+                                                volatile uint32_t* done) {
+  asm volatile("bar.sync 1, 128;" ::: "memory");
+  if (threadIdx.x == 0) {
+    cycles[blockIdx.x] = loop_cycles;
+    *done = 1;
+  }
+}
 
 // A reader warpgroup's loop: 16-byte reads of the kReadBytes at `src` until the producer sets
 // `done`; returns the folded words.
@@ -132,22 +166,11 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
     for (int b = 0; b < blocks; ++b) {
       const int32_t after = mine[min(b + 2, blocks - 1) * kBlockKeys + key];
       load_key(pool, slot, part, next);
-      uint8_t* k = smem + (b & 3) * kBufBytes;
-      ds::store_nope_share<false>(cur.nope, cur.scales, k, key, part, kBlockKeys);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
-            cur.rope[i];
-      }
+      store_key(cur, smem + (b & 3) * kBufBytes, key, part);
       cur = next;
       slot = after;
     }
-    const long long stop = clock64();
-    asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done
-    if (t == 0) {
-      cycles[blockIdx.x] = stop - start;
-      *done = 1;
-    }
+    finish_producer(clock64() - start, cycles, done);
     acc = cur.nope[0].x;
   }
   out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;
@@ -182,21 +205,19 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
     const int32_t* mine = slots + int64_t{blockIdx.x} * blocks * kBlockKeys;
     const auto copy_block = [&](int b) {  // this thread's chunks of block b into stage b % S
       if (b < blocks) {
-        const int32_t slot = mine[b * kBlockKeys + key];
-        const uint8_t* page = pool + int64_t{slot / kPageSlots} * kPageBytes;
-        const uint8_t* row = page + (slot % kPageSlots) * kRowBytes;
+        const KeyPlace at = key_place(pool, mine[b * kBlockKeys + key]);
         const uint32_t dst = ptx::smem_addr(raw0 + (b % S) * kRawStage + key * kRowBytes);
 #pragma unroll
-        for (int i = 0; i < 7; ++i)
-          ptx::cp_async_16(dst + (part + 4 * i) * 16, row + (part + 4 * i) * 16);
+        for (int i = 0; i < 7; ++i) {
+          ptx::cp_async_16(dst + nope_offset(part, i), at.row + nope_offset(part, i));
+        }
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int off = kNopeDim + (part + 4 * i) * 16;
-          ptx::cp_async_16(dst + off, row + off);
+          ptx::cp_async_16(dst + rope_offset(part, i), at.row + rope_offset(part, i));
         }
         ptx::cp_async_8(
             ptx::smem_addr(raw0 + (b % S) * kRawStage + kRawScalesOff + t * kScaleBytes),
-            page + kPageSlots * kRowBytes + (slot % kPageSlots) * kScaleBytes);
+            at.scales);
       }
       ptx::cp_async_commit();
     };
@@ -206,31 +227,20 @@ __global__ void __launch_bounds__(128 * (R + 1), 1)
       copy_block(b + S - 1);  // into the stage block b - 1 was read from
       ptx::cp_async_wait<S - 1>();
       const uint8_t* raw = raw0 + (b % S) * kRawStage;
+      const uint8_t* row = raw + key * kRowBytes;
       RawKey cur;
 #pragma unroll
       for (int i = 0; i < 7; ++i) {
-        cur.nope[i] = *reinterpret_cast<const uint4*>(raw + key * kRowBytes + (part + 4 * i) * 16);
+        cur.nope[i] = *reinterpret_cast<const uint4*>(row + nope_offset(part, i));
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        cur.rope[i] =
-            *reinterpret_cast<const uint4*>(raw + key * kRowBytes + kNopeDim + (part + 4 * i) * 16);
+        cur.rope[i] = *reinterpret_cast<const uint4*>(row + rope_offset(part, i));
       }
       cur.scales = *reinterpret_cast<const uint2*>(raw + kRawScalesOff + t * kScaleBytes);
-      uint8_t* k = smem + (b & 1) * kBufBytes;
-      ds::store_nope_share<false>(cur.nope, cur.scales, k, key, part, kBlockKeys);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        *reinterpret_cast<uint4*>(k + ds::sw128(key, kNopeDim + (part + 4 * i) * 8, kBlockKeys)) =
-            cur.rope[i];
-      }
+      store_key(cur, smem + (b & 1) * kBufBytes, key, part);
     }
-    const long long stop = clock64();
-    asm volatile("bar.sync 1, 128;" ::: "memory");  // every producer thread is done
-    if (t == 0) {
-      cycles[blockIdx.x] = stop - start;
-      *done = 1;
-    }
+    finish_producer(clock64() - start, cycles, done);
     acc = *reinterpret_cast<const uint32_t*>(smem + t * 16);
   }
   out[int64_t{blockIdx.x} * blockDim.x + threadIdx.x] = acc;

@@ -395,20 +395,19 @@ int64_t decoded_keys_bytes(int64_t slots) {
 // The bf16 kernel reads the rows as pages of 64 slots, back to back.
 constexpr int32_t kDecodedPage = 64;
 
-// Decoding each key once pays where a call reads its keys many times over (the benchmark's
-// prefill shapes, ~80 reads a key: 20-30 % faster, bench/README.md#variant-log, run 125):
-// fp8_ds_mla caches, a prefill-sized call (two waves of CTAs or more: never split) and at least
-// four entries a slot of the slot space, which bounds the passes' work (a byte and at most one
-// decode a slot) by a fraction of the attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns
-// them off (development A/B).
-bool decoded_keys_apply(const SparseAttentionParams& p, int64_t max_keys, int num_sms,
-                        int64_t ctas) {
+// Decoding each key once (`slots`: the decoded_slots space) pays where a call reads its keys
+// many times over (the benchmark's prefill shapes, ~80 reads a key: 20-30 % faster,
+// bench/README.md#variant-log, run 125): fp8_ds_mla caches, a prefill-sized call (two waves of CTAs
+// or more: never split) and at least four entries a slot of the slot space, which bounds the
+// passes' work (a byte and at most one decode a slot) by a fraction of the attention's.
+// SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns them off (development A/B).
+bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t max_keys,
+                        int num_sms, int64_t ctas) {
   static const bool enabled = [] {
     const char* v = std::getenv("SPARSE_SWA_ATTENTION_DECODED_KEYS");
     return v == nullptr || std::atoi(v) != 0;
   }();
   const bool extra = p.extra_indices.rows != 0;
-  const int64_t slots = decoded_slots(p).slots;
   return enabled && p.kernel != AttentionKernel::kDecode &&
          p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
          (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) && ctas >= 2 * int64_t{num_sms} &&
@@ -435,8 +434,9 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
       return plan;
     }
   }
-  if (decoded_keys_apply(p, max_keys, num_sms, ctas)) {
-    const int64_t bytes = decoded_keys_bytes(decoded_slots(p).slots);
+  if (const int64_t slots = decoded_slots(p).slots;
+      decoded_keys_apply(p, slots, max_keys, num_sms, ctas)) {
+    const int64_t bytes = decoded_keys_bytes(slots);
     if (workspace_bytes < 0 || workspace_bytes >= bytes) {
       plan.decoded_keys = true;
       plan.workspace_bytes = bytes;

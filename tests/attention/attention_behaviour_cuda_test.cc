@@ -453,6 +453,7 @@ TEST(AttentionCuda, DecodedKeysMatchTheReferenceAndCountBadEntries) {
       planted += 2;
     }
   }
+  planted += planted_swa;
   std::vector<uint16_t> q = random_q(T * H, 34);
   std::vector<float> sinks(H);
   for (int32_t h = 0; h < H; ++h) sinks[h] = 0.25f * (h % 7) - 0.75f;
@@ -465,7 +466,6 @@ TEST(AttentionCuda, DecodedKeysMatchTheReferenceAndCountBadEntries) {
   hp.swa_indices = swa_rows.view();
   hp.extra_cache = extra.view();
   hp.extra_indices = extra_rows.view();
-  planted += planted_swa;
   SparseAttentionParams ref = hp;
   ref.swa_indices = swa_masked.view();
   ref.extra_indices = extra_masked.view();

@@ -94,8 +94,6 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_EQ(d.splits, 1);
 }
 
-// Query groups: the unions' workspace is [G, cap] slots and token bits and [G, 2] lens, each
-// rounded up to 16 bytes; the prefill kernel takes them, unsplit.
 // Decoded keys (docs/design.md#decoded-keys): prefill-sized calls on fp8_ds_mla caches whose rows
 // hold 4 or more entries a slot decode each key once into a bf16 copy (1 KB a slot after a byte a
 // slot of marks), where the workspace holds it.
@@ -148,6 +146,8 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
   EXPECT_FALSE(plan(132, -1).decoded_keys);
 }
 
+// Query groups: the unions' workspace is [G, cap] slots and token bits and [G, 2] lens, each
+// rounded up to 16 bytes; the prefill kernel takes them, unsplit.
 TEST(AttentionPlan, QueryGroupsTakeThePrefillKernelWhenTheyFillTheSms) {
   constexpr int kSms = 132;
   SparseAttentionParams p;
