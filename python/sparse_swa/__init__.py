@@ -19,7 +19,8 @@ Every other operation works the same way, on host or CUDA arrays (all of one cal
 device): the consumers (compressed_topk_to_global, md.mixed_matrix(), md.combined_prefill(),
 to_ragged), the KV codec (encode_kv, decode_kv) and sparse_attention (SWA + compressed
 segments, sinks; q torch.bfloat16 or uint16 bf16 bits: to_bf16_bits / from_bf16_bits for numpy;
-out= / lse= written in place). Index arguments take the builder's [T, 1, W] arrays as they are.
+out= / lse= written in place; workspace= a scratch array sized by
+sparse_attention_workspace_bytes). Index arguments take the builder's [T, 1, W] arrays as they are.
 Device work launches on ``stream=``: None means torch's current stream for torch tensors (so a
 call inside ``torch.cuda.stream(s)`` or a graph capture lands on s), else the builder's
 cuda_stream (builder calls, the metadata's consumers) or the default stream; an int
@@ -53,6 +54,7 @@ from ._sparse_swa import (
     encode_kv,
     page_layout,
     sparse_attention,
+    sparse_attention_workspace_bytes,
     to_ragged,
 )
 from .bf16 import from_bf16_bits, to_bf16_bits
@@ -103,6 +105,7 @@ __all__ = [
     "has_cuda_backend",
     "page_layout",
     "sparse_attention",
+    "sparse_attention_workspace_bytes",
     "to_bf16_bits",
     "to_ragged",
 ]

@@ -265,6 +265,7 @@ def sparse_attention(
     stream: Stream = None,
     kernel: str = "auto",
     query_group_size: int = 1,
+    workspace: Array | None = None,
 ) -> tuple[Array, Array]:
     """Sparse MLA attention over the SWA segment (+ the optional compressed extra_* segment):
     q [T, H, 512] bfloat16 (or uint16 bf16 bits), indices [T, W] or [T, 1, W] int32, lens [T]
@@ -272,7 +273,29 @@ def sparse_attention(
     Host arrays: the CPU reference; CUDA arrays: the CUDA kernels on `stream`. kernel: "auto",
     or "decode" / "prefill" to force a tensor-core kernel (ignored for host arrays).
     query_group_size (1..8): a hint that each g consecutive rows are tokens of one request whose
-    keys overlap (MTP / DSpark), so that the CUDA kernel may load shared keys once."""
+    keys overlap (MTP / DSpark), so that the CUDA kernel may load shared keys once.
+    workspace: a writable contiguous uint8 array on q's device (16-byte aligned) used as the
+    call's scratch, sized by sparse_attention_workspace_bytes; None = the module's cached
+    split-KV workspace."""
+
+def sparse_attention_workspace_bytes(
+    q: Array,
+    swa_cache: Array,
+    swa_block_size: int,
+    indices: Array,
+    lens: Array,
+    dtype: str = "fp8_ds_mla",
+    *,
+    extra_cache: Array | None = None,
+    extra_block_size: int | None = None,
+    extra_indices: Array | None = None,
+    extra_lens: Array | None = None,
+    kernel: str = "auto",
+    query_group_size: int = 1,
+) -> int:
+    """The workspace bytes sparse_attention with these arguments would use on the current device
+    (split keys, query groups, decoded keys), from shapes only; 0 for host arrays or when the
+    call needs none."""
 
 def compressed_topk_to_global(
     metadata: SwaMetadata,

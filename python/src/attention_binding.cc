@@ -189,12 +189,14 @@ Status renamed(const Status& status) {
                                  {"params.num_tokens", "q"},
                                  {"params.softmax_scale", "scale"},
                                  {"params.query_group_size", "query_group_size"},
+                                 {"params.workspace_bytes", "workspace"},
+                                 {"params.workspace", "workspace"},
                                  {"params.pointers_device", "the arrays' device"}});
 }
 
 struct AttentionArgs {
   nb::handle extra_cache, extra_block_size, extra_indices, extra_lens, out, lse, stream, kernel,
-      query_group_size;
+      query_group_size, workspace;
 };
 
 AttentionKernel kernel_from(nb::handle value) {
@@ -203,17 +205,19 @@ AttentionKernel kernel_from(nb::handle value) {
   return k.value();
 }
 
-std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
-                                             nb::handle block_size_obj, nb::handle indices_obj,
-                                             nb::handle lens_obj, nb::handle scale_obj,
-                                             nb::handle sinks_obj, nb::handle dtype,
-                                             const AttentionArgs& k) {
+// The params both sparse_attention and attention_workspace_bytes take from their arguments: q's
+// shape, the segments, the kernel choice and the query-group hint, every shape checked (the
+// outputs, scale, sinks and workspace are sparse_attention's alone), and q's element type.
+struct CallParams {
+  SparseAttentionParams p;
+  Elem q_elem;
+};
+CallParams call_params(nb::handle q_obj, nb::handle cache_obj, nb::handle block_size_obj,
+                       nb::handle indices_obj, nb::handle lens_obj, nb::handle dtype,
+                       const AttentionArgs& k, CallPlace* call) {
   const int32_t block_size = int32_from_python(block_size_obj, "swa_block_size");
-  const float scale =
-      scale_obj.is_none() ? kDefaultSoftmaxScale : float_from_python(scale_obj, "scale");
   const CacheDtype d = dtype_from(dtype);
-  CallPlace call;
-  const InputArray& q_array = import_anchor(q_obj, "q", &call);
+  const InputArray& q_array = import_anchor(q_obj, "q", call);
   const FlatMatrix q = flat_matrix(q_array, "q", {Elem::kBf16, Elem::kUint16}, 3);
   const size_t tokens = q_array.shape(0);
   const size_t heads = q_array.shape(1);
@@ -234,7 +238,7 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
   p.num_tokens = t;
   p.num_heads = static_cast<int32_t>(heads);
   p.q = static_cast<const uint16_t*>(q.data);
-  const Segment swa = segment_at(call, cache_obj, "swa_cache", block_size, d, indices_obj,
+  const Segment swa = segment_at(*call, cache_obj, "swa_cache", block_size, d, indices_obj,
                                  "indices", lens_obj, "lens", t);
   p.swa_cache = swa.cache;
   p.swa_indices = swa.indices;
@@ -254,11 +258,33 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
                                     ? block_size
                                     : int32_from_python(k.extra_block_size, "extra_block_size");
     const Segment extra =
-        segment_at(call, k.extra_cache, "extra_cache", extra_block, d, k.extra_indices,
+        segment_at(*call, k.extra_cache, "extra_cache", extra_block, d, k.extra_indices,
                    "extra_indices", k.extra_lens, "extra_lens", t);
     p.extra_cache = extra.cache;
     p.extra_indices = extra.indices;
   }
+  p.kernel = kernel_from(k.kernel);
+  p.query_group_size = int32_from_python(k.query_group_size, "query_group_size");
+  if (call->on_device()) {
+    p.pointers_device = call->place.device_id;  // every array came through DLPack from this device
+  }
+  return {p, q.elem};
+}
+
+std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_obj,
+                                             nb::handle block_size_obj, nb::handle indices_obj,
+                                             nb::handle lens_obj, nb::handle scale_obj,
+                                             nb::handle sinks_obj, nb::handle dtype,
+                                             const AttentionArgs& k) {
+  const float scale =
+      scale_obj.is_none() ? kDefaultSoftmaxScale : float_from_python(scale_obj, "scale");
+  CallPlace call;
+  auto [p, q_elem] =
+      call_params(q_obj, cache_obj, block_size_obj, indices_obj, lens_obj, dtype, k, &call);
+  const int64_t t = p.num_tokens;
+  const auto tokens = static_cast<size_t>(t);
+  const auto heads = static_cast<size_t>(p.num_heads);
+  const auto dim = static_cast<size_t>(kHeadDim);
   if (!sinks_obj.is_none()) {
     const std::span<const float> sinks = vector_at<float>(sinks_obj, "sinks", Elem::kFloat32, call);
     if (sinks.size() != heads) {
@@ -268,11 +294,9 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
     p.sinks = sinks.data();
   }
   p.softmax_scale = scale;
-  p.kernel = kernel_from(k.kernel);
-  p.query_group_size = int32_from_python(k.query_group_size, "query_group_size");
   nb::object out, lse;
   if (k.out.is_none()) {
-    const NewArray a = new_array(call, q.elem, {tokens, heads, dim}, "out", "q");
+    const NewArray a = new_array(call, q_elem, {tokens, heads, dim}, "out", "q");
     out = a.array;
     p.out = static_cast<uint16_t*>(a.data);
   } else {
@@ -301,14 +325,29 @@ std::tuple<nb::object, nb::object> attention(nb::handle q_obj, nb::handle cache_
     p.lse = static_cast<float*>(m.data);
   }
   void* stream = stream_from(k.stream, call, nullptr);
-  if (call.on_device()) {
+  if (!k.workspace.is_none()) {
+    // The caller's scratch (sized by sparse_attention_workspace_bytes) instead of the module's;
+    // imported writable, so its bytes may be written.
+    const auto bytes =
+        flat_vector(import_writable_at(k.workspace, "workspace", call), "workspace", Elem::kUint8);
+    p.workspace = const_cast<std::byte*>(bytes.data());
+    p.workspace_bytes = static_cast<int64_t>(bytes.size());
+  } else if (call.on_device()) {
     const auto [workspace, bytes] = attention_workspace(call.place.device_id, stream);
     p.workspace = workspace;
     p.workspace_bytes = bytes;
-    p.pointers_device = call.place.device_id;  // every array came through DLPack from this device
   }
   throw_if_error(renamed(sparse_attention(p, stream)));
   return {out, lse};
+}
+
+int64_t attention_workspace_bytes(nb::handle q_obj, nb::handle cache_obj, nb::handle block_size_obj,
+                                  nb::handle indices_obj, nb::handle lens_obj, nb::handle dtype,
+                                  const AttentionArgs& k) {
+  CallPlace call;
+  const CallParams c =
+      call_params(q_obj, cache_obj, block_size_obj, indices_obj, lens_obj, dtype, k, &call);
+  return call.on_device() ? sparse_attention_workspace_bytes(c.p) : 0;
 }
 
 }  // namespace
@@ -348,10 +387,10 @@ void bind_attention(nb::module_& m) {
          nb::handle scale, nb::handle sinks, nb::handle dtype, nb::handle extra_cache,
          nb::handle extra_block_size, nb::handle extra_indices, nb::handle extra_lens,
          nb::handle out, nb::handle lse, nb::handle stream, nb::handle kernel,
-         nb::handle query_group_size) {
+         nb::handle query_group_size, nb::handle workspace) {
         return attention(q, cache, block_size, indices, lens, scale, sinks, dtype,
                          {extra_cache, extra_block_size, extra_indices, extra_lens, out, lse,
-                          stream, kernel, query_group_size});
+                          stream, kernel, query_group_size, workspace});
       },
       nb::arg("q").none(), nb::arg("swa_cache").none(), nb::arg("swa_block_size").none(),
       nb::arg("indices").none(), nb::arg("lens").none(), nb::arg("scale") = nb::none(),
@@ -360,6 +399,7 @@ void bind_attention(nb::module_& m) {
       nb::arg("extra_indices") = nb::none(), nb::arg("extra_lens") = nb::none(),
       nb::arg("out") = nb::none(), nb::arg("lse") = nb::none(), nb::arg("stream") = nb::none(),
       nb::arg("kernel").none() = nb::str("auto"), nb::arg("query_group_size") = 1,
+      nb::arg("workspace") = nb::none(),
       "Sparse MLA attention over the SWA segment and an optional compressed (extra) segment:\n"
       "q [T, H, 512] bfloat16 (or uint16 bf16 bits), swa_cache [num_blocks, page_stride_bytes]\n"
       "uint8, indices [T, W] or [T, 1, W] int32 slot ids (-1 = skip; the builder's arrays as\n"
@@ -371,13 +411,41 @@ void bind_attention(nb::module_& m) {
       "Host arrays run the CPU reference (double accumulation); CUDA arrays (one device, the\n"
       "current one) the CUDA kernels, asynchronously on `stream`: None = torch's current\n"
       "stream for torch tensors, else the legacy default stream; an int (cudaStream_t) or an\n"
-      "object with .cuda_stream or __cuda_stream__(). The split-KV workspace is allocated once\n"
-      "per (device, stream) and cached. kernel: \"auto\" (the choice from the shapes), or\n"
+      "object with .cuda_stream or __cuda_stream__(). workspace: a writable contiguous uint8\n"
+      "array on q's device, 16-byte aligned, that the call may use as scratch (size it with\n"
+      "sparse_attention_workspace_bytes; reused by every call on the same stream); None = the\n"
+      "module's own split-KV workspace, allocated once per (device, stream) and cached, too\n"
+      "small for query groups or decoded keys on large shapes. kernel: \"auto\" (the choice from "
+      "the shapes), or\n"
       "\"decode\" / \"prefill\" to force a tensor-core kernel (tests, measurements; an error\n"
       "where it cannot run); host arrays have one path and ignore it. query_group_size (1..8):\n"
       "a hint that rows g k .. g k + g - 1 are tokens of one request (MTP / DSpark steps) whose\n"
       "keys overlap, so the CUDA kernel may load each shared key once for the group; the\n"
       "results do not depend on it beyond rounding.");
+  m.def(
+      "sparse_attention_workspace_bytes",
+      [](nb::handle q, nb::handle cache, nb::handle block_size, nb::handle indices, nb::handle lens,
+         nb::handle dtype, nb::handle extra_cache, nb::handle extra_block_size,
+         nb::handle extra_indices, nb::handle extra_lens, nb::handle kernel,
+         nb::handle query_group_size) {
+        return attention_workspace_bytes(
+            q, cache, block_size, indices, lens, dtype,
+            {extra_cache, extra_block_size, extra_indices, extra_lens, nb::none(), nb::none(),
+             nb::none(), kernel, query_group_size, nb::none()});
+      },
+      nb::arg("q").none(), nb::arg("swa_cache").none(), nb::arg("swa_block_size").none(),
+      nb::arg("indices").none(), nb::arg("lens").none(),
+      nb::arg("dtype").none() = nb::str("fp8_ds_mla"), nb::kw_only(),
+      nb::arg("extra_cache") = nb::none(), nb::arg("extra_block_size") = nb::none(),
+      nb::arg("extra_indices") = nb::none(), nb::arg("extra_lens") = nb::none(),
+      nb::arg("kernel").none() = nb::str("auto"), nb::arg("query_group_size") = 1,
+      "The workspace bytes sparse_attention with these arguments would use on the current\n"
+      "device (split keys, query groups' key lists, decoded keys' bf16 copy of the caches:\n"
+      "docs/design.md#decoded-keys); the arrays' shapes, dtypes and device checked as\n"
+      "sparse_attention checks them; 0 for host arrays or when the call needs none. From shapes\n"
+      "only, never the arrays' contents (no sync), so an engine\n"
+      "can size a workspace = torch.empty(n, dtype=torch.uint8, device=...) once for its largest\n"
+      "step and pass it as sparse_attention(..., workspace=workspace).");
 }
 
 }  // namespace sparse_swa::python

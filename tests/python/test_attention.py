@@ -162,6 +162,33 @@ def test_query_group_size_is_a_checked_hint_the_host_path_ignores():
             sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, query_group_size=bad)
 
 
+def test_workspace_is_checked_and_the_host_path_ignores_it():
+    rng = np.random.default_rng(11)
+    cache = new_cache(2)
+    sparse_swa.encode_kv(cache, BLOCK, rng.standard_normal((3, 512)).astype(np.float32),
+                         np.array([1, 5, 70], dtype=np.int64))
+    q = to_bf16_bits(rng.standard_normal((2, 4, 512)).astype(np.float32))
+    idx = np.array([[1, 5, 70], [70, -1, 1]], dtype=np.int32)
+    lens = np.array([3, 3], dtype=np.int32)
+    # Host arrays need no workspace: the CPU reference has one path.
+    assert sparse_swa.sparse_attention_workspace_bytes(q, cache, BLOCK, idx, lens) == 0
+    out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens)
+    got_out, got_lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens,
+                                                   workspace=np.zeros(64, np.uint8))
+    assert np.array_equal(got_out, out) and np.array_equal(got_lse, lse)
+    with pytest.raises(ValueError, match="^workspace: expected dtype uint8"):
+        sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, workspace=np.zeros(16, np.float32))
+    read_only = np.zeros(64, np.uint8)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="^workspace: "):
+        sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, workspace=read_only)
+    # The bytes query checks its arrays as the call does.
+    with pytest.raises(ValueError, match="^lens: expected 2 entries"):
+        sparse_swa.sparse_attention_workspace_bytes(q, cache, BLOCK, idx, lens[:1])
+    with pytest.raises(ValueError, match="^extra_indices: required with the other extra_"):
+        sparse_swa.sparse_attention_workspace_bytes(q, cache, BLOCK, idx, lens, extra_cache=cache)
+
+
 def test_codec_and_attention_errors_name_the_field():
     cache = new_cache(1)
     rows = np.zeros((1, 512), dtype=np.float32)

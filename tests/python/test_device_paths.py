@@ -209,6 +209,39 @@ def test_attention_on_device_matches_the_cpu_path(heads, tokens, extra):
 
 
 @gpu
+def test_a_callers_workspace_serves_a_prefill_batch_that_shares_its_keys():
+    # 300 tokens x 64 heads over one fp8_ds_mla cache of 1024 slots, 128-entry rows: on an sm_90
+    # device with <= 150 SMs the call decodes each slot once into a bf16 copy in the workspace,
+    # 1 KB a slot (docs/design.md#decoded-keys). Through a caller's workspace of the size asked,
+    # one too small and the module's own, the results match the CPU path.
+    rng = np.random.default_rng(300)
+    heads, tokens = 64, 300
+    swa = random_cache(rng, 16)
+    idx, lens = random_indices(rng, tokens, 128, 16 * BLOCK)
+    q = rng.standard_normal((tokens, heads, 512)).astype(np.float32)
+    q_bits = sparse_swa.to_bf16_bits(q)
+    sinks = np.zeros(heads, np.float32) - 1e30
+    ref_out, ref_lse = sparse_swa.sparse_attention(q_bits, swa, BLOCK, idx, lens, 0.05)
+    abs_v = weighted_abs_v(q_bits, [(swa, BLOCK, idx[:, 0, :], lens)], 0.05, sinks)
+    dq = torch.from_numpy(q).cuda().to(torch.bfloat16)
+    args = (dq, torch.from_numpy(swa).cuda(), BLOCK, torch.from_numpy(idx).cuda(),
+            torch.from_numpy(lens).cuda())
+    n = sparse_swa.sparse_attention_workspace_bytes(*args)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if torch.cuda.get_device_capability() == (9, 0) and tokens >= 2 * sms:
+        assert n == 16 * BLOCK * 1024
+    workspace = torch.full((max(n, 16),), 0xFF, dtype=torch.uint8, device="cuda")
+    for ws in (workspace, workspace[:16], None):
+        out, lse = sparse_swa.sparse_attention(*args, 0.05, workspace=ws)
+        torch.cuda.synchronize()
+        assert_attention_close(bits_of(out), lse.cpu().numpy(), ref_out, ref_lse, abs_v)
+    with pytest.raises(ValueError, match="^workspace: .*16"):
+        sparse_swa.sparse_attention(*args, 0.05, workspace=workspace[1:])
+    with pytest.raises(ValueError, match="^workspace: expected device cuda:0 like q, got cpu"):
+        sparse_swa.sparse_attention(*args, 0.05, workspace=np.zeros(64, np.uint8))
+
+
+@gpu
 def test_codec_on_device_is_bit_exact():
     rng = np.random.default_rng(11)
     layout = sparse_swa.page_layout(BLOCK)
