@@ -6,10 +6,12 @@
 // the decoded bytes cross the SM's shared memory on top of the loads
 // (bench/README.md#variant-log, run 124).
 //
-// On the stream, no host sync: the marks are cleared (by the launcher); mark_keys marks every
-// slot a valid entry names; decode_keys decodes each marked slot into its row, exactly as the
-// fp8_ds_mla kernel decodes into shared memory. Entries < -1 or past a cache are left to the bf16
-// kernel, which masks and counts them as the fp8_ds_mla kernel does.
+// One pass on the stream, no host sync: every slot of the slot space is decoded into its row,
+// exactly as the fp8_ds_mla kernel decodes into shared memory. The plan takes this path only where
+// the call reads at least four entries a slot, so decoding the slots no entry names costs less
+// than finding the named ones (a byte mark a slot measured 6x the decode: bench/README.md
+// #variant-log, run 125). Entries < -1 or past a cache are left to the bf16 kernel, which masks
+// and counts them as the fp8_ds_mla kernel does.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,24 +26,6 @@ namespace {
 
 constexpr int kPassThreads = 256;
 
-// One block a token at a time; the marks are read first, so that a slot named by many tokens is
-// written a few times only.
-__global__ void __launch_bounds__(kPassThreads) mark_keys(const Args a, DecodedKeys d) {
-  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
-    for (int s = 0; s < a.num_segments; ++s) {
-      const Segment& seg = s == 0 ? a.seg0 : a.seg1;
-      uint8_t* marks = d.marks + (s == 0 ? 0 : d.first1);
-      const int32_t len = min(max(seg.lens[t], 0), seg.width);
-      for (int32_t j = threadIdx.x; j < len; j += kPassThreads) {
-        const int32_t idx = seg.indices[t * seg.row_stride + j];
-        if (idx >= 0 && static_cast<uint32_t>(idx) < seg.num_slots && marks[idx] == 0) {
-          marks[idx] = 1;
-        }
-      }
-    }
-  }
-}
-
 // One warp a slot: lanes 0..27 decode the 16 e4m3 codes of NoPE chunk `lane` (scale byte
 // lane / 4), lanes 28..31 copy 16 RoPE values each.
 __global__ void __launch_bounds__(kPassThreads) decode_keys(const Args a, DecodedKeys d) {
@@ -49,7 +33,6 @@ __global__ void __launch_bounds__(kPassThreads) decode_keys(const Args a, Decode
   const int64_t warps = int64_t{gridDim.x} * (kPassThreads / 32);
   for (int64_t k = (int64_t{blockIdx.x} * kPassThreads + threadIdx.x) >> 5; k < d.slots;
        k += warps) {
-    if (d.marks[k] == 0) continue;  // the whole warp: k is the warp's
     const bool swa = k < d.first1;
     const Segment& s = swa ? a.seg0 : a.seg1;
     uint32_t offset;
@@ -80,17 +63,8 @@ __global__ void __launch_bounds__(kPassThreads) decode_keys(const Args a, Decode
 }  // namespace
 
 Status launch_decoded_keys(const Args& a, const DecodedKeys& d, int num_sms, cudaStream_t stream) {
-  const cudaError_t err = cudaMemsetAsync(d.marks, 0, d.slots, stream);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return internal_error("sparse_attention: cannot clear the decoded keys' marks: ",
-                          cudaGetErrorString(err));
-  }
-  const unsigned tokens_grid =
-      static_cast<unsigned>(std::min<int64_t>(a.num_tokens, int64_t{num_sms} * 8));
   const unsigned slots_grid = static_cast<unsigned>(std::min<int64_t>(
       (d.slots + kPassThreads / 32 - 1) / (kPassThreads / 32), int64_t{num_sms} * 16));
-  mark_keys<<<tokens_grid, kPassThreads, 0, stream>>>(a, d);
   decode_keys<<<slots_grid, kPassThreads, 0, stream>>>(a, d);
   return Status::Ok();
 }

@@ -387,11 +387,8 @@ DecodedSlots decoded_slots(const SparseAttentionParams& p) {
                     c0.block_size == c1.block_size && c0.page_stride_bytes == c1.page_stride_bytes;
   return same ? DecodedSlots{n0, 0} : DecodedSlots{n0 + c1.num_slots(), n0};
 }
-// The workspace: [slots] marks, then (16-byte aligned) [slots] bf16 rows of 1024 bytes.
-int64_t decoded_rows_offset(int64_t slots) { return align16(slots); }
-int64_t decoded_keys_bytes(int64_t slots) {
-  return decoded_rows_offset(slots) + slots * kBf16TokenBytes;
-}
+// The workspace: [slots] bf16 rows of 1024 bytes.
+int64_t decoded_keys_bytes(int64_t slots) { return slots * kBf16TokenBytes; }
 // The bf16 kernel reads the rows as pages of 64 slots, back to back.
 constexpr int32_t kDecodedPage = 64;
 
@@ -399,8 +396,8 @@ constexpr int32_t kDecodedPage = 64;
 // many times over (the benchmark's prefill shapes, ~80 reads a key: 20-30 % faster,
 // bench/README.md#variant-log, run 125): fp8_ds_mla caches, a prefill-sized call (two waves of CTAs
 // or more: never split) and at least four entries a slot of the slot space, which bounds the
-// passes' work (a byte and at most one decode a slot) by a fraction of the attention's.
-// SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns them off (development A/B).
+// pass's work (one decode a slot: a quarter of a decode an entry or less) by a fraction of the
+// attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns it off (development A/B).
 bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t max_keys,
                         int num_sms, int64_t ctas) {
   static const bool enabled = [] {
@@ -571,7 +568,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     // call's own rows (so it also masks and counts their bad entries).
     const DecodedSlots ds = decoded_slots(p);
     uint8_t* w = static_cast<uint8_t*>(p.workspace);
-    const DecodedKeys d{w, w + decoded_rows_offset(ds.slots), ds.slots, ds.first1};
+    const DecodedKeys d{w, ds.slots, ds.first1};
     SPARSE_SWA_RETURN_IF_ERROR(launch_decoded_keys(a, d, num_sms, stream));
     const auto [magic, shift] = block_divider(kDecodedPage);
     for (Segment* s : {&a.seg0, &a.seg1}) {

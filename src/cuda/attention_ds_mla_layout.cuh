@@ -221,12 +221,11 @@ Status launch_query_group_union(const Args& a, cudaStream_t stream);
 // slots are one slot space: SWA slot s is k = s, extra slot s is k = first1 + s (first1 = 0 when
 // both segments view one cache, else the SWA cache's slots).
 struct DecodedKeys {
-  uint8_t* marks;  // [slots] 1: some entry names slot k
-  uint8_t* rows;   // [slots, 512] bf16: row k = slot k decoded (marked slots only)
+  uint8_t* rows;  // [slots, 512] bf16: row k = slot k decoded
   int64_t slots;
   int64_t first1;
 };
-// The two passes before the bf16 prefill kernel reads `rows` (attention_decoded_keys.cu).
+// The pass before the bf16 prefill kernel reads `rows` (attention_decoded_keys.cu).
 Status launch_decoded_keys(const Args& a, const DecodedKeys& d, int num_sms, cudaStream_t stream);
 
 // Ablation bits: the producer gathers only the first two tiles; PV skips its MMAs; QK skips its

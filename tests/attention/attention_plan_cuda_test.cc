@@ -95,8 +95,8 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
 }
 
 // Decoded keys (docs/design.md#decoded-keys): prefill-sized calls on fp8_ds_mla caches whose rows
-// hold 4 or more entries a slot decode each key once into a bf16 copy (1 KB a slot after a byte a
-// slot of marks), where the workspace holds it.
+// hold 4 or more entries a slot decode each slot once into a bf16 copy (1 KB a slot), where the
+// workspace holds it.
 TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
   constexpr int kSms = 132;
   static const uint8_t swa_bytes[16] = {}, extra_bytes[16] = {};  // addresses only
@@ -112,7 +112,7 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
     p.extra_indices.rows = tokens;
     return detail::plan_ds_mla_attention(p, kSms, workspace);
   };
-  const int64_t one_cache = 32768 + 32768 * int64_t{1024};
+  const int64_t one_cache = 32768 * int64_t{1024};
   detail::DsMlaPlan d = plan(4096, -1);  // 2.6 M entries over 32768 slots
   EXPECT_TRUE(d.decoded_keys);
   EXPECT_TRUE(d.prefill);
@@ -125,7 +125,7 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
   EXPECT_EQ(d.workspace_bytes, 0);
   // Two caches: two slot spaces.
   p.extra_cache.data = extra_bytes;
-  EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 + 65536 * int64_t{1024});
+  EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 * int64_t{1024});
   // Fewer than 4 entries a slot (300 x 640 < 4 x 65536), or fewer than two waves of CTAs
   // (263 tokens x one head group against 132 SMs): read directly.
   EXPECT_FALSE(plan(300, -1).decoded_keys);
