@@ -11,7 +11,10 @@ Ops (shapes as in sparse_swa's functions; T tokens, H heads, n rows):
   sparse_attention(q [T, H, 512] bf16, swa_cache, swa_block_size, indices [T, W] or [T, 1, W]
       int32, lens [T] int32, scale, sinks [H] f32, dtype, extra_cache, extra_block_size,
       extra_indices, extra_lens) -> (out [T, H, 512] bf16, lse [T, H] f32)
-  sparse_attention_out(..., out, lse) -> ()           writes out and lse in place
+  sparse_attention_out(..., out, lse, workspace=None) -> ()
+                                                      writes out and lse in place; workspace: a
+                                                      uint8 scratch tensor on q's device sized by
+                                                      sparse_swa.sparse_attention_workspace_bytes
   encode_kv(cache, block_size, rows [n, 512] f32/bf16, slots [n] int64, dtype) -> ()
                                                       writes cache in place
   decode_kv(cache, block_size, slots [n] int64, dtype) -> [n, 512] f32
@@ -91,8 +94,9 @@ def _check_attention(q: torch.Tensor, indices: torch.Tensor, lens: torch.Tensor)
 
 
 def _attention(q, swa_cache, swa_block_size, indices, lens, scale, sinks, dtype, extra_cache,
-               extra_block_size, extra_indices, extra_lens, out, lse) -> None:
-    """Runs the attention into out [T, H, 512] bf16 and lse [T, H] f32 (same device as q)."""
+               extra_block_size, extra_indices, extra_lens, out, lse, workspace=None) -> None:
+    """Runs the attention into out [T, H, 512] bf16 and lse [T, H] f32 (same device as q); the
+    CUDA kernels may use `workspace` (uint8) as scratch, the CPU backend needs none."""
     _check_attention(q, indices, lens)
     extra = {}
     if extra_cache is not None:
@@ -100,7 +104,8 @@ def _attention(q, swa_cache, swa_block_size, indices, lens, scale, sinks, dtype,
                  "extra_indices": _rows(extra_indices), "extra_lens": extra_lens}
     if q.is_cuda:
         sparse_swa.sparse_attention(q, swa_cache, swa_block_size, _rows(indices), lens, scale,
-                                    sinks, dtype, out=out, lse=lse, stream=_stream(q), **extra)
+                                    sinks, dtype, out=out, lse=lse, stream=_stream(q),
+                                    workspace=workspace, **extra)
         return
     # The CPU backend takes and returns bf16 as uint16 bit patterns in numpy arrays.
     if extra:
@@ -136,28 +141,37 @@ def _(q, swa_cache, swa_block_size, indices, lens, scale=None, sinks=None, dtype
             q.new_empty(q.shape[:2], dtype=torch.float32))
 
 
-@torch.library.custom_op(
-    "sparse_swa::sparse_attention_out", mutates_args=("out", "lse"),
-    schema="(Tensor q, Tensor swa_cache, int swa_block_size, Tensor indices, Tensor lens, "
+# Defined with torch.library.define, not custom_op: custom_op's version-counter step (torch 2.11)
+# looks for each mutated argument among those the dispatcher passes, which leave out a `workspace`
+# at its default, so a call without one raised IndexError.
+torch.library.define(
+    "sparse_swa::sparse_attention_out",
+    "(Tensor q, Tensor swa_cache, int swa_block_size, Tensor indices, Tensor lens, "
     "Tensor(a!) out, Tensor(b!) lse, float? scale=None, Tensor? sinks=None, "
     "str dtype=\"fp8_ds_mla\", Tensor? extra_cache=None, int? extra_block_size=None, "
-    "Tensor? extra_indices=None, Tensor? extra_lens=None) -> ()")
-def sparse_attention_out(q, swa_cache, swa_block_size, indices, lens, out, lse, scale=None,
-                         sinks=None, dtype="fp8_ds_mla", extra_cache=None,
-                         extra_block_size=None, extra_indices=None, extra_lens=None):
-    _attention(q, swa_cache, swa_block_size, indices, lens, scale, sinks, dtype, extra_cache,
-               extra_block_size, extra_indices, extra_lens, out, lse)
+    "Tensor? extra_indices=None, Tensor? extra_lens=None, Tensor(c!)? workspace=None) -> ()")
 
 
-@sparse_attention_out.register_fake
+@torch.library.impl("sparse_swa::sparse_attention_out", ("cpu", "cuda"))
 def _(q, swa_cache, swa_block_size, indices, lens, out, lse, scale=None, sinks=None,
       dtype="fp8_ds_mla", extra_cache=None, extra_block_size=None, extra_indices=None,
-      extra_lens=None):
+      extra_lens=None, workspace=None):
+    _attention(q, swa_cache, swa_block_size, indices, lens, scale, sinks, dtype, extra_cache,
+               extra_block_size, extra_indices, extra_lens, out, lse, workspace)
+
+
+@torch.library.register_fake("sparse_swa::sparse_attention_out")
+def _(q, swa_cache, swa_block_size, indices, lens, out, lse, scale=None, sinks=None,
+      dtype="fp8_ds_mla", extra_cache=None, extra_block_size=None, extra_indices=None,
+      extra_lens=None, workspace=None):
     _check_attention(q, indices, lens)
     _check(tuple(out.shape) == tuple(q.shape), f"out: expected shape {list(q.shape)}, got "
            f"{list(out.shape)}")
     _check(tuple(lse.shape) == tuple(q.shape[:2]), f"lse: expected shape {list(q.shape[:2])}, "
            f"got {list(lse.shape)}")
+
+
+sparse_attention_out = torch.ops.sparse_swa.sparse_attention_out
 
 
 @torch.library.custom_op(

@@ -47,7 +47,9 @@ def test_ops_are_registered_with_schemas():
     assert "int swa_block_size" in schema and 'str dtype="fp8_ds_mla"' in schema
     assert "Tensor? extra_indices=None" in schema and schema.endswith("-> (Tensor, Tensor)")
     assert "Tensor(a!) cache" in str(ops.encode_kv.default._schema)
-    assert "Tensor(a!) out, Tensor(b!) lse" in str(ops.sparse_attention_out.default._schema)
+    out_schema = str(ops.sparse_attention_out.default._schema)
+    assert "Tensor(a!) out, Tensor(b!) lse" in out_schema
+    assert "Tensor(c!)? workspace=None" in out_schema
     assert str(ops.decode_kv.default._schema).endswith("-> Tensor")
 
 
@@ -88,6 +90,11 @@ def test_attention_op_equals_the_plain_function():
     ops.sparse_attention_out(s["q"], s["cache"], BLOCK, s["rows"], s["lens"], out2, lse2,
                              sinks=s["sinks"])
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
+    # A workspace is taken (the CPU backend needs none).
+    out3, lse3 = torch.zeros_like(out), torch.zeros_like(lse)
+    ops.sparse_attention_out(s["q"], s["cache"], BLOCK, s["rows"], s["lens"], out3, lse3,
+                             sinks=s["sinks"], workspace=torch.zeros(64, dtype=torch.uint8))
+    assert torch.equal(out3, out) and torch.equal(lse3, lse)
 
 
 def test_to_ragged_op_pads_flat_to_capacity():
@@ -137,6 +144,12 @@ def test_opcheck_on_cpu():
     torch.library.opcheck(ops.encode_kv.default,
                           (s["cache"].clone(), BLOCK, s["keys"], s["key_slots"]))
     torch.library.opcheck(ops.to_ragged.default, (s["rows"], s["lens"]))
+    out, lse = ops.sparse_attention(s["q"], s["cache"], BLOCK, s["rows"], s["lens"])
+    for workspace in (None, torch.zeros(64, dtype=torch.uint8)):
+        torch.library.opcheck(ops.sparse_attention_out.default,
+                              (s["q"], s["cache"], BLOCK, s["rows"], s["lens"],
+                               torch.empty_like(out), torch.empty_like(lse)),
+                              {"workspace": workspace})
 
 
 def layer_step(cache, keys, key_slots, q, rows, lens, sinks):
@@ -194,6 +207,26 @@ def test_cuda_ops_equal_cpu_ops_and_run_on_the_current_stream():
                                             host["lens"], sinks=host["sinks"])
     torch.testing.assert_close(out.cpu().float(), ref_out.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse.cpu(), ref_lse, atol=1e-3, rtol=1e-4)
+
+
+@cuda
+def test_attention_out_op_hands_its_workspace_to_the_kernels():
+    # 300 tokens x 64 heads over 20 keys: a prefill-sized call that names each key many times, so
+    # a workspace of the size asked holds decoded keys (docs/design.md#decoded-keys).
+    s = step_inputs("cuda", tokens=300, heads=64, width=16)
+    ops.encode_kv(s["cache"], BLOCK, s["keys"], s["key_slots"])
+    args = (s["q"], s["cache"], BLOCK, s["rows"], s["lens"])
+    n = sparse_swa.sparse_attention_workspace_bytes(*args)
+    workspace = torch.full((max(n, 16),), 0xFF, dtype=torch.uint8, device="cuda")
+    want_out, want_lse = sparse_swa.sparse_attention(*args, None, s["sinks"], workspace=workspace)
+    out = torch.full_like(want_out, float("nan"))
+    lse = torch.full_like(want_lse, float("nan"))
+    workspace.fill_(0xFF)
+    ops.sparse_attention_out(*args, out, lse, sinks=s["sinks"], workspace=workspace)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    if n > 0:  # the kernels wrote into the caller's workspace
+        assert not torch.all(workspace == 0xFF)
 
 
 def decode_batch(rng, builder_cfg, num_reqs, pages):
