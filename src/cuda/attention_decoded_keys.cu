@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Decoded keys (docs/design.md#decoded-keys): before a prefill-sized call on fp8_ds_mla caches
-// whose tokens share their keys, each key the rows name is decoded once into a bf16 copy of its
-// cache in the workspace (row k = slot k), which the bf16 prefill kernel then reads through the
+// whose tokens share their keys, each slot of the caches is decoded once into a bf16 copy in the
+// workspace (row k = slot k), which the bf16 prefill kernel then reads through the
 // call's own index rows. The fp8_ds_mla kernel decodes a key for every token that reads it, and
 // the decoded bytes cross the SM's shared memory on top of the loads
 // (bench/README.md#variant-log, run 124).

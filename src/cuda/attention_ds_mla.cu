@@ -567,8 +567,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     // The keys decoded into the workspace; the kernel reads them as bf16 caches through the
     // call's own rows (so it also masks and counts their bad entries).
     const DecodedSlots ds = decoded_slots(p);
-    uint8_t* w = static_cast<uint8_t*>(p.workspace);
-    const DecodedKeys d{w, ds.slots, ds.first1};
+    const DecodedKeys d{static_cast<uint8_t*>(p.workspace), ds.slots, ds.first1};
     SPARSE_SWA_RETURN_IF_ERROR(launch_decoded_keys(a, d, num_sms, stream));
     const auto [magic, shift] = block_divider(kDecodedPage);
     for (Segment* s : {&a.seg0, &a.seg1}) {
