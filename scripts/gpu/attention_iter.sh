@@ -15,12 +15,13 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has tests; then
   # The default variant choice, then each QK / PV variant forced on every shape, then the bf16
-  # prefill kernel's CTAs capped at 2 (each walks many items).
-  for v in ${VARIANTS:-auto qk=mma pv=mma walk=2}; do
+  # prefill kernels' CTAs capped at 2 (each walks many items), then few heads on the 64-row kernel.
+  for v in ${VARIANTS:-auto qk=mma pv=mma walk=2 few=0}; do
     case $v in
       qk=*) e=(SPARSE_SWA_ATTENTION_QK="${v#qk=}") ;;
       pv=*) e=(SPARSE_SWA_ATTENTION_PV="${v#pv=}") ;;
       walk=*) e=(SPARSE_SWA_ATTENTION_WALK_CTAS="${v#walk=}") ;;
+      few=*) e=(SPARSE_SWA_ATTENTION_FEW_HEADS="${v#few=}") ;;
       *) e=() ;;
     esac
     env "${e[@]}" timeout 300 \
@@ -100,11 +101,12 @@ if has sanitize; then
     filter+=':DecodeKernelShapes/*H1_*:DecodeKernelShapes/*H8_*:DecodeKernelShapes/*H3_*'
     filter+=':GroupShapes/*:SplitPrefillKernelShapes/*:SplitBf16PrefillKernelShapes/*'
     filter+=':PrefillKernelShapes/*H100_*:PrefillKernelShapes/*H128_*:WalkingShapes/*'
+    filter+=':FewHeadsShapes/*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:GroupShapes/*H3_*:GroupShapes/*H1_*'\
 ':SplitPrefillKernelShapes/*H8*:SplitPrefillKernelShapes/*H3*:SplitBf16PrefillKernelShapes/*H8*'\
-':PrefillKernelShapes/*H128_W1_*'
+':PrefillKernelShapes/*H128_W1_*:FewHeadsShapes/*H5_*:FewHeadsShapes/*H12_*'
     # SANITIZE_FILTER replaces the filter for every tool.
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1

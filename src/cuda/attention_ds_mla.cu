@@ -3,8 +3,8 @@
 // semantics are include/sparse_swa/attention.h's, the CPU reference
 // src/cpu/attention_reference.cc; overview in docs/design.md#attention-kernels): the plan and
 // launcher of the kernels, the merge of split-KV slices, and the decode kernel, which takes the
-// split plans of one or a few tokens (the prefill kernels, attention_ds_mla_prefill_fp8.cu and
-// attention_ds_mla_prefill_bf16.cu, the others).
+// split plans of one or a few tokens (the prefill kernels, attention_ds_mla_prefill_fp8.cu,
+// attention_ds_mla_prefill_bf16.cu and attention_ds_mla_prefill_few_heads.cu, the others).
 //
 // One CTA = one query token x a group of up to 64 heads x one slice of the token's key list.
 // The keys of both segments are one list (SWA entries first), walked in tiles of 32 by three
@@ -580,8 +580,16 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     a.seg1.cache = d.rows + ds.first1 * kBf16TokenBytes;
   }
   const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
+  // Few heads on bf16 rows: the keys in the MMA's M dimension (docs/design.md#few-heads);
+  // SPARSE_SWA_ATTENTION_FEW_HEADS=0 keeps the 64-row bf16 kernel (development A/B, tests).
+  static const bool few_heads_env = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_FEW_HEADS");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  const bool few_heads = plan.prefill && bf16_rows && few_heads_env && few_heads_prefill_takes(a);
   const Status launched =
-      plan.prefill ? (bf16_rows ? launch_prefill_bf16(a, stream) : launch_prefill_fp8(a, stream))
+      few_heads      ? launch_prefill_few_heads(a, stream)
+      : plan.prefill ? (bf16_rows ? launch_prefill_bf16(a, stream) : launch_prefill_fp8(a, stream))
       : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);

@@ -422,16 +422,25 @@ TEST(AttentionCuda, KeysOfExtremeScaleMatchTheReference) {
   EXPECT_EQ(e.failures, 0) << e.first_failure;
 }
 
+void check_decoded_keys(int32_t H);
+
 TEST(AttentionCuda, DecodedKeysMatchTheReferenceAndCountBadEntries) {
   SKIP_WITHOUT_GPU();
   // A prefill-sized call on two fp8_ds_mla caches that names each slot ~200 times: with room in
   // the workspace its keys are decoded once (docs/design.md#decoded-keys), without it the kernel
   // reads the caches. Pages of 2 and 64 slots, a row stride past the width, lens 0 / full /
   // random, -1 holes, sinks, and planted entries past the caches and below -1 (masked, counted
-  // once).
+  // once). 64 heads take the 64-row bf16 kernel, 9 the few-heads one (docs/design.md#few-heads).
+  for (const int32_t H : {64, 9}) {
+    SCOPED_TRACE("heads " + std::to_string(H));
+    check_decoded_keys(H);
+  }
+}
+
+void check_decoded_keys(int32_t H) {
   const int sms = sm_count();
   const int64_t T = 2 * sms + 7;
-  const int32_t H = 64, W0 = 128, W1 = 200;
+  const int32_t W0 = 128, W1 = 200;
   HostCache swa(kDs, 2, 96, 31), extra(kDs, 64, 320, 32);
   IndexRows swa_rows(T, W0, W0), extra_rows(T, W1, W1 + 3);
   std::mt19937 rng(33);

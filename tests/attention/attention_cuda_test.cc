@@ -236,6 +236,21 @@ INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu,
                                            Shape{8, 100, 0, 64, 0, 400, kBf, kBf, true}),
                          shape_name);
 
+// The few-heads kernel (docs/design.md#few-heads): 1..16 heads on bf16 rows, unsplit, the keys in
+// the MMA's M dimension with 8 columns (1-8 heads) or 16 (9-16); more tokens than SMs (each CTA
+// walks items) and fewer, widths 1 to 2048, page sizes 2, 64 and 256, lens 0 and full, -1 holes.
+// SPARSE_SWA_ATTENTION_FEW_HEADS=0 sends the same shapes to the 64-row bf16 kernel.
+INSTANTIATE_TEST_SUITE_P(FewHeadsShapes, AttentionCudaVsCpu,
+                         ::testing::Values(Shape{1, 1, 0, 2, 0, 300, kBf, kBf, false},
+                                           Shape{5, 63, 100, 64, 2, 200, kBf, kBf, true},
+                                           Shape{8, 640, 0, 256, 0, 150, kBf, kBf, false},
+                                           Shape{9, 128, 512, 64, 64, 140, kBf, kBf, true},
+                                           Shape{16, 128, 1024, 64, 256, 300, kBf, kBf, false},
+                                           Shape{16, 2048, 0, 64, 0, 20, kBf, kBf, true},
+                                           Shape{12, 200, 300, 2, 64, 33, kBf, kBf, true, false,
+                                                 AttentionKernel::kPrefill}),
+                         shape_name);
+
 // bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.
 std::vector<Shape> split_bf16_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kBf, kBf, true, true},
