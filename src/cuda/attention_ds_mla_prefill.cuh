@@ -113,6 +113,14 @@ __device__ __forceinline__ int32_t first_key_index(const Args& a, const Cta<L>& 
   return prefill_key_index(a, c, j);
 }
 
+// bf16 copies (the bf16 and few-heads kernels' producers, 128 threads): 8 threads per key row,
+// each 16 bytes of every 128-byte column block, so that a warp's copy reads 4 rows x 128
+// contiguous bytes. Thread t copies keys 16 (t / 32) + 4 i + (t / 8) % 4, i < 4, chunk t % 8 of
+// each column block.
+__device__ __forceinline__ int copy_key(int tid, int i) {
+  return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
+}
+
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>
@@ -233,7 +241,7 @@ bool clusters_fit(int splits, size_t smem) {
 // (a.cluster_merge) runs the splits of each (token, head group) as one cluster; where such
 // clusters cannot run, a.cluster_merge is cleared and the slices write partials for the merge
 // kernel instead.
-template <auto kKernel, bool kWalksItems = false>
+template <auto kKernel, bool kWalksItems = false, int kCtaThreads = kPrefillThreads>
 Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -250,7 +258,7 @@ Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
   if (!a.cluster_merge) {
     const unsigned grid =
         kWalksItems && a.max_ctas > 0 ? min(ctas, static_cast<unsigned>(a.max_ctas)) : ctas;
-    kKernel<<<grid, kPrefillThreads, smem, stream>>>(a);
+    kKernel<<<grid, kCtaThreads, smem, stream>>>(a);
     return Status::Ok();
   }
   // a.splits <= kMaxClusterSplits

@@ -123,13 +123,6 @@ __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& 
   return nullptr;
 }
 
-// bf16 copies: 8 threads per key row, each 16 bytes of every 128-byte column block, so that a
-// warp's copy reads 4 rows x 128 contiguous bytes. Thread t copies keys 16 (t / 32) + 4 i +
-// (t / 8) % 4, i < 4, chunk t % 8 of each column block.
-__device__ __forceinline__ int copy_key(int tid, int i) {
-  return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
-}
-
 // A pair's keys as a producer thread copies them: rows[w][i] = key copy_key(tid, i) of block
 // 2 p + w (a masked key: Q's first row, a valid address that is never read); `valid` = the warp's
 // ballot of the keys' resolvers, bit 8 j + 4 w + i for the keys of lanes 8 j..8 j + 7.

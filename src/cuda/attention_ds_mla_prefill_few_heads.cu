@@ -19,9 +19,7 @@
 // blocks over all its items, so the next item's keys load while this one finishes.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #pragma nv_diag_suppress 177
@@ -91,12 +89,6 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[kN / 2], uint64_t a, uin
           "+f"(d[7])
         : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA));
   }
-}
-
-// Key row i of a block as the producer copies it: thread t copies keys 16 (t / 32) + 4 i +
-// (t / 8) % 4, i < 4, 16 bytes (chunk t % 8) of each of their column blocks.
-__device__ __forceinline__ int copy_key(int tid, int i) {
-  return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
 }
 
 // The bf16 row of key j of the item's list (entry idx), or nullptr (masked); entries < -1 or past
@@ -400,22 +392,9 @@ __global__ void __launch_bounds__(kFewThreads, 1)
 
 template <int kN>
 Status launch_few(Args& a, cudaStream_t stream) {
-  constexpr auto kKernel = ds_mla_prefill_few_heads_kernel<kN>;
-  constexpr size_t kSmem = FewHeadsLayout<kN>::kSmem;
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kSmem));
-  });
-  if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", kSmem,
-                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
-  }
-  const int64_t items = a.key_rows;
-  const int64_t grid = a.max_ctas > 0 ? std::min<int64_t>(items, a.max_ctas) : items;
-  kKernel<<<static_cast<unsigned>(grid), kFewThreads, kSmem, stream>>>(a);
-  return Status::Ok();
+  // a.cluster_merge is 0 (few_heads_prefill_takes): one CTA per item, or walking ones.
+  return launch_prefill_grid<ds_mla_prefill_few_heads_kernel<kN>, true, kFewThreads>(
+      a, FewHeadsLayout<kN>::kSmem, stream);
 }
 
 }  // namespace
