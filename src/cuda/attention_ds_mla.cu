@@ -515,7 +515,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     return v == nullptr || std::atoi(v) != 0;
   }();
   a.cluster_merge = plan.cluster_merge && cluster_env ? 1 : 0;
-  // The bf16 prefill kernel's CTAs walk items, at most one CTA per SM;
+  // The bf16 and few-heads prefill kernels' CTAs walk items, at most one CTA per SM;
   // SPARSE_SWA_ATTENTION_WALK_CTAS=N caps them at N (tests: every CTA walks), 0 = one per item.
   static const int walk_env = [] {
     const char* v = std::getenv("SPARSE_SWA_ATTENTION_WALK_CTAS");

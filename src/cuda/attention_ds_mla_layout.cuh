@@ -164,8 +164,8 @@ struct Args {
   // 1: a (token, head group)'s slices run as one cluster of `splits` CTAs and merge through
   // distributed shared memory (attention_ds_mla_cluster_merge.cuh); partial_o, partial_ml unused.
   int32_t cluster_merge;
-  // The most CTAs of a kernel whose CTAs walk items (blockIdx.x, + gridDim.x, ...: the bf16
-  // prefill kernel's): the device's SM count, or 0 for one CTA per item.
+  // The most CTAs of a kernel whose CTAs walk items (blockIdx.x, + gridDim.x, ...: the bf16 and
+  // few-heads prefill kernels'): the device's SM count, or 0 for one CTA per item.
   int32_t max_ctas;
   // q and out for the tensor-memory accelerator (encode_head_rows): [T][H][512] bf16 tensors in
   // boxes of one token's 64 heads x 64 dims, laid out as sw128 tiles; heads past H are zeros when
