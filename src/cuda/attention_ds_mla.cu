@@ -411,7 +411,7 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
          slots > 0 && slots < (int64_t{1} << 31) && p.num_tokens * max_keys >= 4 * slots;
 }
 
-DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
+DsMlaPlan spread_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
   plan.groups = (p.num_heads + plan.group_heads - 1) / plan.group_heads;
@@ -463,6 +463,25 @@ DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   plan.splits = static_cast<int32_t>(splits);
   plan.cluster_merge = prefill && splits <= kMaxClusterSplits;
   plan.workspace_bytes = splits * row_bytes;
+  return plan;
+}
+
+// Few heads (docs/design.md#few-heads): an unsplit prefill plan with a key list per token on bf16
+// rows (bf16 caches, or decoded keys) at 1..16 heads takes the few-heads kernel.
+// SPARSE_SWA_ATTENTION_FEW_HEADS=0 keeps the 64-row bf16 kernel (development A/B, tests).
+bool few_heads_apply(const SparseAttentionParams& p, const DsMlaPlan& plan) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("SPARSE_SWA_ATTENTION_FEW_HEADS");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
+  return enabled && plan.prefill && bf16_rows && plan.splits == 1 && plan.query_group == 1 &&
+         p.num_heads <= kFewHeads && p.num_tokens > 0;
+}
+
+DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
+  DsMlaPlan plan = spread_plan(p, num_sms, workspace_bytes);
+  plan.few_heads = few_heads_apply(p, plan);
   return plan;
 }
 
@@ -580,15 +599,8 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     a.seg1.cache = d.rows + ds.first1 * kBf16TokenBytes;
   }
   const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
-  // Few heads on bf16 rows: the keys in the MMA's M dimension (docs/design.md#few-heads);
-  // SPARSE_SWA_ATTENTION_FEW_HEADS=0 keeps the 64-row bf16 kernel (development A/B, tests).
-  static const bool few_heads_env = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_FEW_HEADS");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
-  const bool few_heads = plan.prefill && bf16_rows && few_heads_env && few_heads_prefill_takes(a);
   const Status launched =
-      few_heads      ? launch_prefill_few_heads(a, stream)
+      plan.few_heads ? launch_prefill_few_heads(a, stream)
       : plan.prefill ? (bf16_rows ? launch_prefill_bf16(a, stream) : launch_prefill_fp8(a, stream))
       : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
                                                : launch_variant<false>(qk, pv, a, stream);

@@ -29,6 +29,9 @@ struct DsMlaPlan {
   // Decoded keys (docs/design.md#decoded-keys): the fp8_ds_mla keys the rows name are decoded once
   // into a bf16 copy of the caches in the workspace, which the bf16 prefill kernel reads.
   bool decoded_keys = false;
+  // The few-heads kernel (docs/design.md#few-heads) instead of the bf16 prefill kernel: an unsplit
+  // prefill plan on bf16 rows (bf16 caches or decoded keys) at 1..16 heads.
+  bool few_heads = false;
   int64_t workspace_bytes = 0;
 };
 
@@ -50,7 +53,7 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 // idle, and never more than the caller's workspace holds (`workspace_bytes` < 0: as many as
 // wanted, for sizing); the prefill kernel runs the unsplit plans and the split ones whose slices
 // get two pairs of blocks or more, the decode kernel the other split plans (params.kernel can
-// force either).
+// force either); unsplit prefill plans on bf16 rows at 1..16 heads take the few-heads kernel.
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 

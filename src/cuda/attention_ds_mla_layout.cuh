@@ -212,10 +212,9 @@ inline Status encode_head_rows(CUtensorMap& map, const uint16_t* base, int64_t t
 // on bf16 caches (attention_ds_mla_prefill_bf16.cu).
 Status launch_prefill_fp8(Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(Args& a, cudaStream_t stream);
-// The few-heads kernel on bf16 rows (attention_ds_mla_prefill_few_heads.cu): whether it takes a
-// launch the plan gave the bf16 prefill kernel (1..16 heads, unsplit, a key list per token), and
-// its launcher.
-bool few_heads_prefill_takes(const Args& a);
+// The few-heads kernel on bf16 rows (attention_ds_mla_prefill_few_heads.cu), for the plans with
+// DsMlaPlan::few_heads: 1..kFewHeads heads, unsplit, a key list per token.
+constexpr int kFewHeads = 16;
 Status launch_prefill_few_heads(Args& a, cudaStream_t stream);
 // Query groups: the union of each group's key lists into a.unions (attention_query_groups.cu),
 // one CTA per group, before the prefill kernel.

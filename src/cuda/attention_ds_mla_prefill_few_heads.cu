@@ -58,7 +58,6 @@ struct FewHeadsLayout {
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0);
 };
 
-template <int kN>
 struct Bars {
   uint32_t base;
   __device__ uint32_t full(int s) const { return base + 8 * s; }
@@ -112,7 +111,7 @@ __device__ __forceinline__ const uint8_t* row_of(const Args& a, const Cta<L>& c,
 // key i of the group's four keys and shares its row by a shuffle.
 template <int kN>
 __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid,
-                                   const Bars<kN>& bars) {
+                                   const Bars& bars) {
   using L = FewHeadsLayout<kN>;
   const uint32_t items = static_cast<uint32_t>(a.key_rows);
   const int lane = tid & 31, chunk = tid & 7, group_lane0 = lane & 24;
@@ -180,7 +179,7 @@ __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int
 // + e (a head).
 template <int kN>
 __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid,
-                               const Bars<kN>& bars) {
+                               const Bars& bars) {
   using L = FewHeadsLayout<kN>;
   constexpr int kJ = kN / 8;  // n-tiles
   const uint32_t items = static_cast<uint32_t>(a.key_rows);
@@ -368,7 +367,7 @@ __global__ void __launch_bounds__(kFewThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   Cta<L> c;
   place_smem(c, smem_raw);
-  const Bars<kN> bars{c.sbase + L::kBarOff};
+  const Bars bars{c.sbase + L::kBarOff};
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -392,19 +391,15 @@ __global__ void __launch_bounds__(kFewThreads, 1)
 
 template <int kN>
 Status launch_few(Args& a, cudaStream_t stream) {
-  // a.cluster_merge is 0 (few_heads_prefill_takes): one CTA per item, or walking ones.
+  // Unsplit (DsMlaPlan::few_heads), so a.cluster_merge is 0: one CTA per item, or walking ones.
   return launch_prefill_grid<ds_mla_prefill_few_heads_kernel<kN>, true, kFewThreads>(
       a, FewHeadsLayout<kN>::kSmem, stream);
 }
 
 }  // namespace
 
-bool few_heads_prefill_takes(const Args& a) {
-  return a.num_heads <= 16 && a.groups == 1 && a.splits == 1 && a.query_group == 1 &&
-         !a.cluster_merge && a.key_rows > 0;
-}
-
 Status launch_prefill_few_heads(Args& a, cudaStream_t stream) {
+  static_assert(kFewHeads == 16, "kN = 8 or 16 columns cover the plan's heads");
   return a.num_heads <= 8 ? launch_few<8>(a, stream) : launch_few<16>(a, stream);
 }
 
