@@ -2,17 +2,33 @@
 # SPDX-License-Identifier: Apache-2.0
 # One GPU iteration of the attention kernel work, run on the GPU machine from the repo root:
 #   scripts/gpu/attention_iter.sh [STAGES...]
-#   stages: tests bench variants flashmla ablate profile ncu ncusrc sanitize
-#   (default: tests bench ncu sanitize)
+#   stages: smoke tests bench variants flashmla ablate profile ncu ncusrc sanitize
+#   (default: smoke tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).
 # Logs go to $OUT; the tail of each step is printed.
 set -uo pipefail
 B=${BIN:-.gpu-bin}
 OUT=${OUT:-/tmp/sparse_swa_out}
 mkdir -p "$OUT"
-stages=${*:-tests bench ncu sanitize}
+stages=${*:-smoke tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+if has smoke; then
+  # A few shapes of each attention kernel under a short limit: a kernel that hangs or fails ends
+  # the call here instead of spending the device time of every later stage (SMOKE_FILTER,
+  # SMOKE_TIMEOUT seconds).
+  filter='FewHeadsShapes/*H8_*:PrefillKernelShapes/*H8_*:DecodeKernelShapes/*H8_*'
+  filter+=':SplitShapes/*H8*:WalkingShapes/*H8_*:AttentionCuda.Decoded*'
+  timeout "${SMOKE_TIMEOUT:-60}" "$B/sparse_swa_tests" --gtest_filter="${SMOKE_FILTER:-$filter}" \
+    --gtest_brief=1 >"$OUT/smoke.log" 2>&1
+  rc=$?
+  echo "smoke: exit $rc"
+  grep -E "^\[  FAILED|PASSED" "$OUT/smoke.log" | sort -u | head -6
+  if [[ $rc != 0 ]]; then
+    [[ $rc == 124 ]] && echo "smoke: timed out (a kernel hangs?); stopping"
+    exit 4
+  fi
+fi
 if has tests; then
   # The default variant choice, then each QK / PV variant forced on every shape, then the bf16
   # prefill kernels' CTAs capped at 2 (each walks many items), then few heads on the 64-row kernel.
