@@ -229,6 +229,13 @@ Segment segment(const ConstIndexView& v, const ConstKvCacheView& c) {
 
 constexpr int64_t kPartialRowBytes = kHeadDim * sizeof(float) + sizeof(float2);
 
+// A development switch SPARSE_SWA_ATTENTION_* as an integer, `unset` when the variable is not set
+// (read once per switch: callers keep it in a function-local static).
+int env_int(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? unset : std::atoi(v);
+}
+
 // QK (and PV) with wgmma at every head count: it computes all 64 rows of a group, zero rows
 // included, yet measured faster than m16n8k16 MMAs that skip the empty 16-head tiles at 8, 16
 // and 32 heads, decode and prefill alike (bench/README.md#variant-log, run 24).
@@ -400,10 +407,7 @@ constexpr int32_t kDecodedPage = 64;
 // attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns it off (development A/B).
 bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t max_keys,
                         int num_sms, int64_t ctas) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_DECODED_KEYS");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool enabled = env_int("SPARSE_SWA_ATTENTION_DECODED_KEYS", 1) != 0;
   const bool extra = p.extra_indices.rows != 0;
   return enabled && p.kernel != AttentionKernel::kDecode &&
          p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
@@ -466,17 +470,19 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, int num_sms, int64_t works
   return plan;
 }
 
+// Whether the kernels of a plan read bf16 rows: bf16 caches, or fp8_ds_mla keys decoded into the
+// workspace (docs/design.md#decoded-keys).
+bool reads_bf16_rows(const SparseAttentionParams& p, const DsMlaPlan& plan) {
+  return p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
+}
+
 // Few heads (docs/design.md#few-heads): an unsplit prefill plan with a key list per token on bf16
 // rows (bf16 caches, or decoded keys) at 1..16 heads takes the few-heads kernel.
 // SPARSE_SWA_ATTENTION_FEW_HEADS=0 keeps the 64-row bf16 kernel (development A/B, tests).
 bool few_heads_apply(const SparseAttentionParams& p, const DsMlaPlan& plan) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_FEW_HEADS");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
-  const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
-  return enabled && plan.prefill && bf16_rows && plan.splits == 1 && plan.query_group == 1 &&
-         p.num_heads <= kFewHeads && p.num_tokens > 0;
+  static const bool enabled = env_int("SPARSE_SWA_ATTENTION_FEW_HEADS", 1) != 0;
+  return enabled && plan.prefill && reads_bf16_rows(p, plan) && plan.splits == 1 &&
+         plan.query_group == 1 && p.num_heads <= kFewHeads && p.num_tokens > 0;
 }
 
 DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
@@ -529,23 +535,14 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.splits = plan.splits;
   // Splits of the prefill kernels merge inside a cluster (attention_ds_mla_cluster_merge.cuh);
   // SPARSE_SWA_ATTENTION_CLUSTER_MERGE=0 sends them through the merge kernel (development A/B).
-  static const bool cluster_env = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_CLUSTER_MERGE");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool cluster_env = env_int("SPARSE_SWA_ATTENTION_CLUSTER_MERGE", 1) != 0;
   a.cluster_merge = plan.cluster_merge && cluster_env ? 1 : 0;
   // The bf16 and few-heads prefill kernels' CTAs walk items, at most one CTA per SM;
   // SPARSE_SWA_ATTENTION_WALK_CTAS=N caps them at N (tests: every CTA walks), 0 = one per item.
-  static const int walk_env = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_WALK_CTAS");
-    return v == nullptr ? -1 : std::atoi(v);
-  }();
+  static const int walk_env = env_int("SPARSE_SWA_ATTENTION_WALK_CTAS", -1);
   a.max_ctas = a.cluster_merge ? 0 : walk_env < 0 ? num_sms : std::min(walk_env, num_sms);
   a.num_segments = p.extra_indices.rows != 0 ? 2 : 1;
-  static const int ablate = [] {
-    const char* v = std::getenv("SPARSE_SWA_ATTENTION_ABLATE");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
+  static const int ablate = env_int("SPARSE_SWA_ATTENTION_ABLATE", 0);
   a.ablate = ablate;
   a.seg0 = segment(p.swa_indices, p.swa_cache);
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
@@ -598,10 +595,10 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     a.seg0.cache = d.rows;
     a.seg1.cache = d.rows + ds.first1 * kBf16TokenBytes;
   }
-  const bool bf16_rows = p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
   const Status launched =
       plan.few_heads ? launch_prefill_few_heads(a, stream)
-      : plan.prefill ? (bf16_rows ? launch_prefill_bf16(a, stream) : launch_prefill_fp8(a, stream))
+      : plan.prefill ? (reads_bf16_rows(p, plan) ? launch_prefill_bf16(a, stream)
+                                                 : launch_prefill_fp8(a, stream))
       : p.swa_cache.dtype == CacheDtype::kBf16 ? launch_variant<true>(qk, pv, a, stream)
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);

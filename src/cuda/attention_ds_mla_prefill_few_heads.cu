@@ -90,6 +90,32 @@ __device__ __forceinline__ void wgmma_narrow(float (&d)[kN / 2], uint64_t a, uin
   }
 }
 
+// A warp's share of the column reductions: value(j, e) is column 8 j + 2 (lane % 4) + e over the
+// lane's rows; reduced by op over the warp's 16 rows (shuffles), stored by lanes 0-3 as row `warp`
+// of cols [4 warps][kN].
+template <int kN, class Value, class Op>
+__device__ __forceinline__ void store_warp_columns(Value value, Op op, float* cols, int warp,
+                                                   int lane) {
+  float x[kN / 8][2];
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      x[j][e] = value(j, e);
+      x[j][e] = op(x[j][e], __shfl_xor_sync(0xffffffffu, x[j][e], 4));
+      x[j][e] = op(x[j][e], __shfl_xor_sync(0xffffffffu, x[j][e], 8));
+      x[j][e] = op(x[j][e], __shfl_xor_sync(0xffffffffu, x[j][e], 16));
+    }
+  }
+  if (lane < 4) {
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) cols[warp * kN + 8 * j + 2 * lane + e] = x[j][e];
+    }
+  }
+}
+
 // The bf16 row of key j of the item's list (entry idx), or nullptr (masked); entries < -1 or past
 // the cache are counted (one resolver thread a key).
 template <class L>
@@ -226,30 +252,17 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
       if (b + 1 == c.n) ptx::mbar_arrive(bars.q_empty());  // the item's last QK step is done
       const uint64_t mask = *reinterpret_cast<const uint64_t*>(c.base + L::kMaskOff + 8 * s);
       const bool v0 = (mask >> row) & 1u, v1 = (mask >> (row + 8)) & 1u;
-      float mx[kJ][2];
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x0 = sc[4 * j + e];
-          float& x1 = sc[4 * j + 2 + e];
-          x0 = v0 ? x0 * a.scale_log2 : -INFINITY;
-          x1 = v1 ? x1 * a.scale_log2 : -INFINITY;
-          float x = fmaxf(x0, x1);
-          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
-          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
-          x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
-          mx[j][e] = x;
-        }
-      }
+      // Scores scaled (masked keys -inf), and each column's maximum over the block's 64 rows.
+      const auto block_max = [&](int jj, int e) {
+        float& x0 = sc[4 * jj + e];
+        float& x1 = sc[4 * jj + 2 + e];
+        x0 = v0 ? x0 * a.scale_log2 : -INFINITY;
+        x1 = v1 ? x1 * a.scale_log2 : -INFINITY;
+        return fmaxf(x0, x1);
+      };
       float* rb = red + (g & 1) * 4 * kN;
-      if (lane < 4) {
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) rb[warp * kN + 8 * j + 2 * lane + e] = mx[j][e];
-        }
-      }
+      store_warp_columns<kN>(
+          block_max, [](float x, float y) { return fmaxf(x, y); }, rb, warp, lane);
       ptx::named_barrier(1, 128);
       float corr[kJ][2];
       bool moved = false;
@@ -313,25 +326,9 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
       ptx::mbar_arrive(bars.empty(s));
     }
     // The columns' sums over all 64 rows, then the rows out: out[t, h, 64 d + r] = O^T[r, h].
-#pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float x = l[j][e];
-        x += __shfl_xor_sync(0xffffffffu, x, 4);
-        x += __shfl_xor_sync(0xffffffffu, x, 8);
-        x += __shfl_xor_sync(0xffffffffu, x, 16);
-        l[j][e] = x;
-      }
-    }
     float* sums = red;  // the last block's maxima are read (its P barrier), the next's not yet in
-    if (lane < 4) {
-#pragma unroll
-      for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) sums[warp * kN + 8 * j + 2 * lane + e] = l[j][e];
-      }
-    }
+    store_warp_columns<kN>([&](int jj, int e) { return l[jj][e]; },
+                           [](float x, float y) { return x + y; }, sums, warp, lane);
     ptx::named_barrier(1, 128);
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
