@@ -16,6 +16,7 @@
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
 //                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
+//                              [--sweep]
 // Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
 // --no-query-groups.
 #include <cuda_runtime.h>
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -92,6 +94,29 @@ const Scenario kScenarios[] = {
     {"prefill_h16_t4096_fp8", 4096, 16, 128, 512, 64, 1.0, 1, 0, 32768},
     {"prefill_h8_t4096_fp8", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768},
 };
+
+// --sweep: V4-Flash (64 h, 128 + 512) and V4-Pro (128 h, 128 + 1024) decode over batch sizes
+// between and around the fixed shapes' (a wave of SMs is 132 CTAs on an H100 or H200), so that a
+// cliff in the kernel choice or the split shows up. bench/flashmla_bench.py --sweep times the same.
+constexpr int32_t kSweepFlash[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,  96,
+                                   112, 128, 132, 133, 144, 160, 192, 224, 256, 320, 512};
+constexpr int32_t kSweepPro[] = {1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256};
+
+std::vector<Scenario> sweep_scenarios() {
+  static std::vector<std::string> names;  // the Scenario names point into it
+  names.clear();
+  names.reserve(std::size(kSweepFlash) + std::size(kSweepPro));
+  std::vector<Scenario> out;
+  for (const int32_t b : kSweepFlash) {
+    names.push_back("flash_h64_b" + std::to_string(b));
+    out.push_back({names.back().c_str(), b, 64, 128, 512, 64, 1.0, 1, 0.0});
+  }
+  for (const int32_t b : kSweepPro) {
+    names.push_back("pro_h128_b" + std::to_string(b));
+    out.push_back({names.back().c_str(), b, 128, 128, 1024, 64, 1.0, 1, 0.0});
+  }
+  return out;
+}
 
 struct Problem {
   std::vector<uint8_t> swa_cache, extra_cache;
@@ -466,6 +491,7 @@ int main(int argc, char** argv) {
   const char* filter = nullptr;  // the shapes whose name contains it
   int runs = 30;
   bool allow_split = true;
+  bool sweep = false;  // the batch-size sweep instead of the fixed shapes
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
       json = argv[++i];
@@ -477,6 +503,8 @@ int main(int argc, char** argv) {
       filter = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-split")) {
       allow_split = false;
+    } else if (!std::strcmp(argv[i], "--sweep")) {
+      sweep = true;
     } else if (!std::strcmp(argv[i], "--no-query-groups")) {
       g_query_groups = false;
     } else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) {
@@ -490,7 +518,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
                    "[--filter SUBSTRING] [--no-split] [--no-query-groups] "
-                   "[--kernel auto|decode|prefill]\n");
+                   "[--kernel auto|decode|prefill] [--sweep]\n");
       return 2;
     }
   }
@@ -512,7 +540,10 @@ int main(int argc, char** argv) {
   FILE* jf = json ? std::fopen(json, "w") : nullptr;
   if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
   bool all_ok = true, first = true;
-  for (const Scenario& s : kScenarios) {
+  const std::vector<Scenario> scenarios =
+      sweep ? sweep_scenarios()
+            : std::vector<Scenario>(std::begin(kScenarios), std::end(kScenarios));
+  for (const Scenario& s : scenarios) {
     if (only && std::strcmp(only, s.name) != 0) continue;
     if (filter && std::strstr(s.name, filter) == nullptr) continue;
     const Result r = run(s, runs, allow_split, flush, flush_bytes);

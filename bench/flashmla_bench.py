@@ -12,6 +12,7 @@ are padded to 64, as engines do. Prefill: flash_mla_sparse_fwd (use_legacy=True)
 with a note when the package is absent.
 
     python3 bench/flashmla_bench.py [--runs N] [--json FILE] [--only NAME] [--filter SUBSTRING]
+                                    [--sweep]
 """
 import argparse
 import json
@@ -44,6 +45,12 @@ PREFILL = [
     ("prefill_h16_t4096_bf16", 4096, 16, 640, 32768),
     ("prefill_h8_t4096_bf16", 4096, 8, 640, 32768),
 ]
+# --sweep: V4-Flash and V4-Pro decode over batch sizes, as sparse_swa_attention_bench --sweep.
+SWEEP_FLASH = [1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 132, 133, 144, 160, 192, 224,
+               256, 320, 512]
+SWEEP_PRO = [1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256]
+SWEEP = ([(f"flash_h64_b{b}", b, 64, 128, 512, 64, 1.0, 1) for b in SWEEP_FLASH] +
+         [(f"pro_h128_b{b}", b, 128, 128, 1024, 64, 1.0, 1) for b in SWEEP_PRO])
 TOKEN_BYTES = 584  # 448 e4m3 + 64 bf16 + 8 scale bytes
 
 
@@ -175,6 +182,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--only", help="one shape by name")
     ap.add_argument("--filter", help="the shapes whose name contains it")
+    ap.add_argument("--sweep", action="store_true",
+                    help="the decode batch-size sweep instead of the fixed shapes")
     args = ap.parse_args()
     try:
         import torch
@@ -187,7 +196,7 @@ def main():
           f"{args.runs} graph replays per shape")
     print(f"{'shape':24} {'tokens':>7} {'heads':>6} {'median':>8} {'min':>8} {'warm':>8}")
     results = []
-    for sc in SCENARIOS + PREFILL:
+    for sc in SWEEP if args.sweep else SCENARIOS + PREFILL:
         if (args.only and sc[0] != args.only) or (args.filter and args.filter not in sc[0]):
             continue
         try:

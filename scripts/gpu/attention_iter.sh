@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # One GPU iteration of the attention kernel work, run on the GPU machine from the repo root:
 #   scripts/gpu/attention_iter.sh [STAGES...]
-#   stages: smoke tests bench variants flashmla ablate profile ncu ncusrc sanitize
+#   stages: smoke tests bench variants flashmla sweep ablate profile ncu ncusrc sanitize
 #   (default: smoke tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).
 # Logs go to $OUT; the tail of each step is printed.
@@ -65,6 +65,17 @@ if has flashmla; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --json "$OUT/flashmla.json" \
       2>&1 | tee "$OUT/flashmla.txt" | tail -20
+fi
+if has sweep; then
+  # The decode batch-size sweep (--sweep), ours and FlashMLA's (when .whl/ holds it), one table.
+  timeout 400 "$B/sparse_swa_attention_bench" --sweep --runs "${SWEEP_RUNS:-20}" \
+    --json "$OUT/sweep.json" >"$OUT/sweep.txt" 2>&1
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+      PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --sweep \
+        --runs "${SWEEP_RUNS:-20}" --json "$OUT/sweep_flashmla.json" >"$OUT/sweep_flashmla.txt" 2>&1
+  fi
+  python3 scripts/gpu/sweep_table.py "$OUT/sweep.json" "$OUT/sweep_flashmla.json"
 fi
 if has ablate; then
   # Development: the pipeline with parts left out (results are wrong by design; time only).
