@@ -467,7 +467,7 @@ int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p) {
     cudaGetLastError();
     return 0;
   }
-  return plan_ds_mla_attention(p, num_sms, -1).workspace_bytes;
+  return plan_ds_mla_attention(p, SmCapacity::of_device(device, num_sms), -1).workspace_bytes;
 }
 
 AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams& p) {
@@ -482,13 +482,15 @@ AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams& p) {
     return AttentionKernel::kAuto;
   }
   const int64_t workspace = p.workspace == nullptr ? 0 : p.workspace_bytes;
-  return plan_ds_mla_attention(p, num_sms, workspace).prefill ? AttentionKernel::kPrefill
-                                                              : AttentionKernel::kDecode;
+  return plan_ds_mla_attention(p, SmCapacity::of_device(device, num_sms), workspace).prefill
+             ? AttentionKernel::kPrefill
+             : AttentionKernel::kDecode;
 }
 
 int64_t cuda_sparse_attention_max_workspace_bytes() {
   // The widest split the planner makes: one token of one full head group over enough key tiles
-  // to give every SM a slice (more tokens or groups only leave fewer SMs per row).
+  // to give every SM a slice (more tokens or groups only leave fewer SMs per row; past one wave,
+  // the last wave's tokens x groups x slices are at most the SMs too).
   SparseAttentionParams p;
   p.num_tokens = 1;
   p.num_heads = kMaxAttentionHeads;

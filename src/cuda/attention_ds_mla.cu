@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -46,6 +47,7 @@
 #include "cuda/attention_ds_mla.cuh"
 #include "cuda/attention_ds_mla_cluster_merge.cuh"
 #include "cuda/attention_ds_mla_layout.cuh"
+#include "cuda/attention_ds_mla_prefill.cuh"
 #include "cuda/attention_ds_mla_producer.cuh"
 #include "cuda/attention_ds_mla_pv.cuh"
 #include "cuda/attention_ds_mla_qk.cuh"
@@ -127,10 +129,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the unsplit kernel. Few rows take 128 threads each, many take a warp (fewer registers per row).
 template <int kThreads, int kBatch>
 __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_constant__ Args a) {
-  constexpr int kVecs = kHeadDim / 4 / kThreads;  // float4s per thread
-  const int64_t rows = a.num_tokens * a.num_heads;
-  const int64_t row = int64_t{blockIdx.x} * (256 / kThreads) + threadIdx.x / kThreads;
-  if (row >= rows) return;
+  constexpr int kVecs = kHeadDim / 4 / kThreads;                // float4s per thread
+  const int64_t first = int64_t{a.whole_tokens} * a.num_heads;  // rows before it are finished
+  const int64_t rows = a.num_tokens * a.num_heads - first;      // the split rows
+  const int64_t r = int64_t{blockIdx.x} * (256 / kThreads) + threadIdx.x / kThreads;
+  if (r >= rows) return;
+  const int64_t row = first + r;
   const int col = threadIdx.x % kThreads;  // float4 columns col + kThreads j
   float m = -INFINITY, l = 0.0f;
   float4 acc[kVecs];
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_const
     float4 v[kBatch][kVecs];
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int64_t prow = int64_t{s0 + k} * rows + row;
+      const int64_t prow = int64_t{s0 + k} * rows + r;
       const bool in = s0 + k < a.splits;
       ml[k] = in ? a.partial_ml[prow] : make_float2(-INFINITY, 0.0f);
       const float4* po = reinterpret_cast<const float4*>(a.partial_o + prow * kHeadDim);
@@ -415,7 +419,29 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
          slots > 0 && slots < (int64_t{1} << 31) && p.num_tokens * max_keys >= 4 * slots;
 }
 
-DsMlaPlan spread_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
+// Past one wave of CTAs on fp8_ds_mla caches read directly (the prefill kernel, one CTA per item,
+// no walking): the items of the last, partial wave would take a whole row's time on a few SMs.
+// Instead the tokens of the full waves run whole and the last wave's tokens take slices that
+// spread them over every SM: returns how many (1: none), the last wave's whole tokens
+// (tail_tokens) split, so that tail_tokens x groups x slices <= SMs.
+int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
+                         int64_t pairs, int64_t* tail_tokens) {
+  const bool fp8 = p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
+                   (p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla);
+  const int64_t ctas = p.num_tokens * groups;
+  const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
+  if (!fp8 || rest == 0) return 1;
+  *tail_tokens = (rest + groups - 1) / groups;
+  const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
+  // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
+  // + the merge (about a pair): slices pay where that is shorter.
+  const int64_t per = slices > 0 ? (pairs + slices - 1) / slices : pairs;
+  return per + 1 < pairs ? slices : 1;
+}
+
+DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
+                      int64_t workspace_bytes) {
+  const int num_sms = sms.num_sms;
   DsMlaPlan plan;
   plan.group_heads = kGroupHeads;
   plan.groups = (p.num_heads + plan.group_heads - 1) / plan.group_heads;
@@ -445,22 +471,57 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, int num_sms, int64_t works
     }
   }
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
-  if (ctas == 0 || ctas >= num_sms || max_tiles < kMinTilesToSplit) return plan;
-  // Fill the SMs once. The decode kernel's slices have kMinSliceTiles tiles or more; the prefill
-  // kernel's are whole pairs of blocks, as few slices as give the widest row's pairs the same
-  // slice size (so that no CTA of a full row idles; counted in pairs of 32-key blocks, the
-  // fp8_ds_mla kernel's: the bf16 kernel's pairs are of 64-key blocks, so a slice of its may be
-  // empty).
-  const int64_t per_row = num_sms / ctas;
-  const int64_t pairs = (max_tiles + 1) / 2;
-  const int64_t pairs_per_slice = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
-  // Unforced, the prefill kernel takes slices of two pairs or more; the decode kernel's one-tile
-  // slices were faster where the prefill kernel's would be one pair (bench/README.md#variant-log,
-  // run 64).
-  const bool prefill = p.kernel == AttentionKernel::kAuto ? pairs_per_slice >= 2 : plan.prefill;
-  int64_t splits = prefill ? (pairs + pairs_per_slice - 1) / pairs_per_slice
-                           : std::min<int64_t>(per_row, max_tiles / kMinSliceTiles);
+  if (ctas == 0 || max_tiles < kMinTilesToSplit) return plan;
+  const int64_t pairs = (max_tiles + 1) / 2;  // of 32-key blocks, the fp8_ds_mla kernel's
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
+  const auto room = [&](int64_t n) {
+    return workspace_bytes < 0 || workspace_bytes >= n * row_bytes;
+  };
+  // Development: SPARSE_SWA_ATTENTION_SPLITS=N asks for N prefill-kernel slices (policy A/B).
+  static const int asked = env_int("SPARSE_SWA_ATTENTION_SPLITS", 0);
+  if (asked > 0 && plan.prefill) {
+    const int64_t per =
+        (pairs + std::min<int64_t>(asked, pairs) - 1) / std::min<int64_t>(asked, pairs);
+    const int64_t n = (pairs + per - 1) / per;
+    if (n > 1 && room(n)) {
+      plan.splits = static_cast<int32_t>(n);
+      plan.cluster_merge = n <= kMaxClusterSplits;
+      plan.workspace_bytes = n * row_bytes;
+    }
+    return plan;
+  }
+  if (ctas >= num_sms) {
+    int64_t tail_tokens = 0;
+    const int64_t slices =
+        plan.prefill ? last_wave_slices(p, sms, plan.groups, pairs, &tail_tokens) : 1;
+    const int64_t tail_bytes = slices * tail_tokens * p.num_heads * kPartialRowBytes;
+    if (slices > 1 && (workspace_bytes < 0 || workspace_bytes >= tail_bytes)) {
+      plan.splits = static_cast<int32_t>(slices);
+      plan.whole_tokens = static_cast<int32_t>(p.num_tokens - tail_tokens);
+      plan.workspace_bytes = tail_bytes;
+    }
+    return plan;
+  }
+  // Fill the SMs once. The decode kernel takes slices of one tile where every slice gets one (it
+  // was faster there; with slices of two tiles or more the prefill kernel's whole pairs were:
+  // bench/README.md#variant-log, runs 64 and 134); the prefill kernel's slices are whole pairs of
+  // blocks, as few as give the widest row's pairs the same slice size (so that no CTA of a full
+  // row idles; the bf16 kernel's pairs are of 64-key blocks, so a slice of its may be empty).
+  const int64_t per_row = num_sms / ctas;
+  const bool prefill = p.kernel == AttentionKernel::kAuto ? per_row < max_tiles : plan.prefill;
+  int64_t splits = 0;
+  if (prefill) {
+    int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
+    splits = (pairs + per - 1) / per;
+    // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a
+    // second wave of them doubles the time (bench/README.md#variant-log, run 134).
+    while (splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
+      ++per;
+      splits = (pairs + per - 1) / per;
+    }
+  } else {
+    splits = std::min<int64_t>(per_row, max_tiles / kMinSliceTiles);
+  }
   if (workspace_bytes >= 0) splits = std::min(splits, workspace_bytes / row_bytes);
   if (splits <= 1) return plan;
   plan.prefill = prefill;
@@ -485,8 +546,9 @@ bool few_heads_apply(const SparseAttentionParams& p, const DsMlaPlan& plan) {
          plan.query_group == 1 && p.num_heads <= kFewHeads && p.num_tokens > 0;
 }
 
-DsMlaPlan choose_plan(const SparseAttentionParams& p, int num_sms, int64_t workspace_bytes) {
-  DsMlaPlan plan = spread_plan(p, num_sms, workspace_bytes);
+DsMlaPlan choose_plan(const SparseAttentionParams& p, const SmCapacity& sms,
+                      int64_t workspace_bytes) {
+  DsMlaPlan plan = spread_plan(p, sms, workspace_bytes);
   plan.few_heads = few_heads_apply(p, plan);
   return plan;
 }
@@ -519,7 +581,8 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot read the device's SM count: ",
                           cudaGetErrorString(err));
   }
-  const DsMlaPlan plan = choose_plan(p, num_sms, p.workspace == nullptr ? 0 : p.workspace_bytes);
+  const DsMlaPlan plan = choose_plan(p, SmCapacity::of_device(device, num_sms),
+                                     p.workspace == nullptr ? 0 : p.workspace_bytes);
   Args a{};
   a.q = p.q;
   a.out = p.out;
@@ -533,6 +596,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.key_rows = (p.num_tokens + plan.query_group - 1) / plan.query_group;
   a.groups = plan.groups;
   a.splits = plan.splits;
+  a.whole_tokens = plan.whole_tokens;
   // Splits of the prefill kernels merge inside a cluster (attention_ds_mla_cluster_merge.cuh);
   // SPARSE_SWA_ATTENTION_CLUSTER_MERGE=0 sends them through the merge kernel (development A/B).
   static const bool cluster_env = env_int("SPARSE_SWA_ATTENTION_CLUSTER_MERGE", 1) != 0;
@@ -547,11 +611,13 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.seg0 = segment(p.swa_indices, p.swa_cache);
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
   if (plan.query_group > 1) a.unions = group_unions(p.workspace, a.key_rows, plan.group_cap);
+  // The rows that take slices: those of the tokens after the whole ones.
+  const int64_t split_rows = (p.num_tokens - plan.whole_tokens) * p.num_heads;
   if (plan.splits > 1) {
-    // [splits, T, H, 512] fp32, then [splits, T, H] (max, sum); both 16-byte aligned.
+    // [splits, split_rows, 512] fp32, then [splits, split_rows] (max, sum); both 16-byte aligned.
     a.partial_o = static_cast<float*>(p.workspace);
-    a.partial_ml = reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * p.num_tokens *
-                                                               p.num_heads * kHeadDim);
+    a.partial_ml =
+        reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * split_rows * kHeadDim);
   }
   const int64_t blocks = a.key_rows * plan.groups * plan.splits;
   if (blocks > 0x7fffffff) {
@@ -603,10 +669,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
                                                : launch_variant<false>(qk, pv, a, stream);
   SPARSE_SWA_RETURN_IF_ERROR(launched);
   if (record) print_profile(timeline, blocks, plan.prefill);
-  if (plan.splits > 1 && !a.cluster_merge) {
-    const int64_t rows = p.num_tokens * p.num_heads;
-    launch_merge(a, rows, num_sms, stream);
-  }
+  if (plan.splits > 1 && !a.cluster_merge) launch_merge(a, split_rows, num_sms, stream);
   err = cudaGetLastError();
   if (err != cudaSuccess) {
     return internal_error("sparse_attention: kernel launch failed: ", cudaGetErrorString(err));
@@ -618,9 +681,72 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
 
 bool ds_mla_attention_applies(const SparseAttentionParams& p) { return ds_mla::applies(p); }
 
+DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, const SmCapacity& sms,
+                                int64_t workspace_bytes) {
+  return ds_mla::choose_plan(p, sms, workspace_bytes);
+}
+
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes) {
-  return ds_mla::choose_plan(p, num_sms, workspace_bytes);
+  return ds_mla::choose_plan(p, SmCapacity::ideal(num_sms), workspace_bytes);
+}
+
+SmCapacity SmCapacity::ideal(int32_t num_sms) {
+  SmCapacity c;
+  c.num_sms = num_sms;
+  for (int size = 1; size < 9; ++size) c.clusters[size] = num_sms / size;
+  return c;
+}
+
+namespace {
+
+// Stands in for the prefill kernels in the cluster query: a CTA of theirs fills an SM, and so
+// does one of this with more than half an SM's shared memory.
+__global__ void sm_filling_kernel() {}
+constexpr int kSmFillingBytes = 160 * 1024;
+static_assert(ds_mla::kMaxClusterSplits < static_cast<int>(std::size(SmCapacity{}.clusters)));
+
+SmCapacity ask_device(int device, int32_t num_sms) {
+  SmCapacity c = SmCapacity::ideal(num_sms);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device ||
+      cudaFuncSetAttribute(sm_filling_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmFillingBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return c;
+  }
+  for (int size = 2; size <= ds_mla::kMaxClusterSplits; ++size) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(size);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(size));
+    config.blockDim = dim3(ds_mla::kPrefillThreads);
+    config.dynamicSmemBytes = kSmFillingBytes;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, sm_filling_kernel, &config) == cudaSuccess) {
+      c.clusters[size] = n;
+    } else {
+      cudaGetLastError();  // no answer: the ideal count stays
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+SmCapacity SmCapacity::of_device(int device, int32_t num_sms) {
+  static std::mutex mutex;
+  static std::vector<std::pair<int, SmCapacity>> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [d, c] : known) {
+    if (d == device && c.num_sms == num_sms) return c;
+  }
+  known.emplace_back(device, ask_device(device, num_sms));
+  return known.back().second;
 }
 
 Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stream) {

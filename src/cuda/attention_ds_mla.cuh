@@ -15,8 +15,12 @@ namespace sparse_swa::detail {
 // (`group_heads`) and one of `splits` contiguous slices of the token's key list.
 struct DsMlaPlan {
   int32_t group_heads = 0;
-  int32_t groups = 0;    // ceil(H / group_heads) CTAs per token and split
-  int32_t splits = 1;    // > 1 only with a workspace of workspace_bytes
+  int32_t groups = 0;  // ceil(H / group_heads) CTAs per token and split
+  int32_t splits = 1;  // > 1 only with a workspace of workspace_bytes
+  // With splits > 1 on the prefill kernel, not cluster-merged: the first tokens, which fill whole
+  // waves of SMs, run unsplit and only the last wave's tokens take `splits` slices each
+  // (docs/design.md#splits). 0: every token is split.
+  int32_t whole_tokens = 0;
   bool prefill = false;  // the prefill kernel (slices of whole 64-key pairs), else the decode one
   // The prefill kernel's 2..8 slices of a (token, head group) as one cluster, merged in the
   // kernel (docs/design.md#attention-kernels); else partials for the merge kernel. The launcher
@@ -35,6 +39,19 @@ struct DsMlaPlan {
   int64_t workspace_bytes = 0;
 };
 
+// How many CTAs of a kernel that fills an SM (the prefill kernels: one CTA an SM) run at once,
+// alone and in clusters of `size` (2..8, the portable cluster sizes): a GPC holds whole clusters
+// only, so a device holds fewer than num_sms / size of them (an H100 SXM with 132 SMs: 66 pairs,
+// 39 of 3, 30 of 4, 22 of 5, 17 of 6, 15 of 7 or 8).
+struct SmCapacity {
+  int32_t num_sms = 0;
+  int32_t clusters[9] = {};  // [size], size 2..8
+  // num_sms / size clusters of every size: a device whose GPCs never leave SMs idle.
+  static SmCapacity ideal(int32_t num_sms);
+  // The current device's (cached per device; `ideal` where it cannot be asked).
+  static SmCapacity of_device(int device, int32_t num_sms);
+};
+
 // True when the tensor-core kernel takes this call: every segment an fp8_ds_mla cache, or every
 // segment a bf16 cache, and the
 // device runs its sm_90a machine code (elsewhere the general kernel of attention.cu runs).
@@ -46,14 +63,20 @@ bool ds_mla_attention_applies(const SparseAttentionParams& p);
 Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, query group size, cache sizes, the
-// device's SM count), never from device data: query groups (prefill kernel) when they fill the
-// SMs and the workspace holds their unions; else decoded keys for prefill-sized calls on
-// fp8_ds_mla caches that name each slot several times, when the workspace holds them; else splits
-// only when tokens x head groups leave SMs
-// idle, and never more than the caller's workspace holds (`workspace_bytes` < 0: as many as
-// wanted, for sizing); the prefill kernel runs the unsplit plans and the split ones whose slices
-// get two pairs of blocks or more, the decode kernel the other split plans (params.kernel can
-// force either); unsplit prefill plans on bf16 rows at 1..16 heads take the few-heads kernel.
+// device's SMs and cluster capacity), never from device data: query groups (prefill kernel) when
+// they fill the SMs and the workspace holds their unions; else decoded keys for prefill-sized
+// calls on fp8_ds_mla caches that name each slot several times, when the workspace holds them;
+// else slices of the key lists (docs/design.md#splits): when tokens x head groups leave SMs idle,
+// slices that fill them once -- the decode kernel's single tiles where every slice gets one, else
+// the prefill kernel's whole pairs, fewer and larger where their clusters would not all run at
+// once --, and on fp8_ds_mla caches read directly that take two waves of CTAs or more, two slices
+// a row where that shortens the waves more than the second prologue costs; never more than the
+// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing). params.kernel
+// can force either kernel; unsplit prefill plans on bf16 rows at 1..16 heads take the few-heads
+// kernel.
+DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, const SmCapacity& sms,
+                                int64_t workspace_bytes);
+// The same for a device of `num_sms` SMs with SmCapacity::ideal clusters.
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, int num_sms,
                                 int64_t workspace_bytes);
 

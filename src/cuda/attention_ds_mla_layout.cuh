@@ -144,13 +144,18 @@ struct Args {
   float* lse;          // [T, H] natural log
   const float* sinks;  // [H] or nullptr
   int32_t* bad_count;  // [1] or nullptr
-  float* partial_o;    // [splits, T, H, 512] fp32, unnormalised; splits > 1, not cluster-merged
-  float2* partial_ml;  // [splits, T, H] (running max in log2 units, sum of exp2)
+  // [splits, T - whole_tokens, H, 512] fp32, unnormalised; splits > 1, not cluster-merged
+  float* partial_o;
+  float2* partial_ml;  // [splits, T - whole_tokens, H] (running max in log2 units, sum of exp2)
   float scale_log2;    // softmax_scale * log2(e)
   int64_t num_tokens;
   int32_t num_heads;
   int32_t groups;
   int32_t splits;
+  // Split prefill launches: tokens [0, whole_tokens) take one CTA per (token, head group) with
+  // the whole key list and finished rows; the slices cover the later tokens only (the last
+  // wave's, spread over every SM: docs/design.md#splits). 0 elsewhere.
+  int32_t whole_tokens;
   int32_t num_segments;
   int32_t ablate;  // development only (SPARSE_SWA_ATTENTION_ABLATE): parts left out, wrong results
   unsigned long long* timeline;  // development only: [1 + kMaxProfiledCtas * 3 * 8] or nullptr

@@ -27,7 +27,8 @@ constexpr int kPrefillThreads = 384;
 // (both segments' lens, clamped to their widths). kSplit: split s takes whole pairs of
 // `block_keys`-key blocks (the kernels walk pairs), ceil(pairs / splits) of them from pair
 // s ceil(pairs / splits) on; c.tile0 is its first block, c.n its blocks and c.total the end of
-// its keys. Without kSplit (a.splits = 1) the item takes the whole list from c.tile0 = 0. With
+// its keys; the a.whole_tokens first tokens come first, one item per (token, head group), split
+// 0 of 1. Without kSplit (a.splits = 1) the item takes the whole list from c.tile0 = 0. With
 // query groups (L::kQueryGroups, never split), item = a query group, all heads of its tokens as
 // rows, and the group's union as the key list.
 //
@@ -46,8 +47,11 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint
     c.total = a.unions.lens[2 * c.t + 1];
   } else {
     if constexpr (kSplit) {
-      const uint32_t tg = item / a.splits;  // token x groups + head group
-      c.split = static_cast<int>(item % a.splits);
+      // Items of whole tokens first (one each), then those of split tokens (a.splits each).
+      const uint32_t whole = static_cast<uint32_t>(a.whole_tokens) * a.groups;
+      const uint32_t rest = item - whole;
+      const uint32_t tg = item < whole ? item : whole + rest / a.splits;  // token x groups + group
+      c.split = item < whole ? 0 : static_cast<int>(rest % a.splits);
       c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
       c.t = tg / a.groups;
     } else {
@@ -67,7 +71,8 @@ __device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int
   c.tile0 = 0;
   if constexpr (kSplit) {
     const int32_t pairs = static_cast<int32_t>((c.total + 2 * block_keys - 1) / (2 * block_keys));
-    const int32_t per_split = (pairs + a.splits - 1) / a.splits;
+    const int32_t splits = c.t < a.whole_tokens ? 1 : a.splits;
+    const int32_t per_split = (pairs + splits - 1) / splits;
     const int32_t first = min(c.split * per_split, pairs), last = min(first + per_split, pairs);
     c.tile0 = 2 * first;
     c.total = min(c.total, int64_t{last} * 2 * block_keys);
@@ -253,7 +258,8 @@ Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot reserve ", smem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
-  const unsigned ctas = static_cast<unsigned>(a.key_rows * a.groups * a.splits);
+  const unsigned ctas = static_cast<unsigned>(
+      (a.key_rows * a.splits - int64_t{a.whole_tokens} * (a.splits - 1)) * a.groups);
   if (a.cluster_merge && !clusters_fit<kKernel>(a.splits, smem)) a.cluster_merge = 0;
   if (!a.cluster_merge) {
     const unsigned grid =

@@ -27,13 +27,14 @@ __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r,
   const int head = c.head(a, r);
   const int64_t row = L::kQueryGroups ? c.row(a, r) : c.t * a.num_heads + head;
   RowOut o;
-  if (a.splits == 1) {
+  if (a.splits == 1 || c.t < a.whole_tokens) {
     const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + head : nullptr);
     o.factor = f.factor;
     o.y = a.out + row * kHeadDim;
     if (writer) a.lse[row] = f.lse;
   } else {
-    const int64_t prow = c.split * a.num_tokens * a.num_heads + row;
+    const int64_t first = int64_t{a.whole_tokens} * a.num_heads;  // the first split row
+    const int64_t prow = c.split * (a.num_tokens * a.num_heads - first) + row - first;
     o.py = a.partial_o + prow * kHeadDim;
     o.factor = 1.0f;
     if (writer) a.partial_ml[prow] = make_float2(m, l);

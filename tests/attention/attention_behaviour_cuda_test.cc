@@ -48,8 +48,14 @@ TEST(AttentionCuda, MaxWorkspaceBoundsEveryShape) {
   const int64_t most = sparse_attention_max_workspace_bytes();
   int64_t largest = 0;
   SparseAttentionParams p;
+  // Token counts past one wave of CTAs too, whose last wave's tokens take slices
+  // (docs/design.md#splits).
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::vector<int64_t> token_counts = {1, 2, 3, 7, 64, 200};
+  for (int64_t t = sms + 1; t <= 3 * sms; ++t) token_counts.push_back(t);
   for (int32_t heads : {1, 8, 16, 63, 64, 65, 100, 128}) {
-    for (int64_t tokens : {1, 2, 3, 7, 64, 200}) {
+    for (int64_t tokens : token_counts) {
       for (int32_t width : {64, 128, 512, 2048, 100000}) {
         for (int32_t extra : {0, 512}) {
           p.num_heads = heads;

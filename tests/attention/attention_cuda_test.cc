@@ -183,11 +183,12 @@ std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
 // merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
 // row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
-// Unforced, 16, 20, 40 and 64 tokens x 64 or 32 heads and 4 x 128 take the prefill kernel's
-// slices of pairs, the others the decode kernel's slices of tiles; each kernel forced takes them
-// all. The prefill kernel's 2-8 slices merge inside a cluster (64 tokens x 32 heads: 2 slices;
-// 40 x 64: 3; 16 and 20 x 64: 5; forced, 8 x 8: 6, 1 x 16: 7, 1 x 100: 8), more (4 x 128: 9)
-// through the merge kernel.
+// Unforced, 16, 20, 40 and 64 tokens x 64 or 32 heads, 4 x 128 and 5 x 48 take the prefill
+// kernel's slices of pairs, the others the decode kernel's slices of tiles; each kernel forced
+// takes them all. The prefill kernel's 2-8 slices merge inside a cluster (64 tokens x 32 heads:
+// 2 slices; 40 x 64: 3, or 2 where 40 clusters of 3 do not run at once, as on an H100; 16 and
+// 20 x 64: 5; forced, 8 x 8: 6, 1 x 16: 7, 1 x 100: 8), more (4 x 128: 9, 5 x 48: 20) through
+// the merge kernel.
 std::vector<Shape> split_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                       Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},
@@ -203,12 +204,27 @@ std::vector<Shape> split_shapes(AttentionKernel kernel) {
                       Shape{16, 128, 300, 64, 2, 1, kDs, kDs, true, true}},
                      kernel);
 }
+
+// Past one wave of CTAs on 132 SMs (the decode kernel never splits these;
+// docs/design.md#splits): 134 tokens x 3 heads over 896 keys run 132 tokens whole and the last 2
+// in 14 slices; 67 x 65 heads (two head groups, the second of one head) over 512 keys run 66
+// whole and the last token's two items in 8 slices.
+std::vector<Shape> last_wave_shapes(AttentionKernel kernel) {
+  return with_kernel({Shape{3, 128, 768, 64, 2, 134, kDs, kDs, false, true},
+                      Shape{65, 128, 384, 64, 2, 67, kDs, kDs, true, true}},
+                     kernel);
+}
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_shapes(AttentionKernel::kAuto)), shape_name);
 INSTANTIATE_TEST_SUITE_P(SplitPrefillKernelShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_shapes(AttentionKernel::kPrefill)), shape_name);
 INSTANTIATE_TEST_SUITE_P(SplitDecodeKernelShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_shapes(AttentionKernel::kDecode)), shape_name);
+INSTANTIATE_TEST_SUITE_P(LastWaveShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(last_wave_shapes(AttentionKernel::kAuto)), shape_name);
+INSTANTIATE_TEST_SUITE_P(LastWavePrefillKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(last_wave_shapes(AttentionKernel::kPrefill)),
+                         shape_name);
 
 // Prefill-like batches (many query tokens, each with its own keys) on both cache dtypes the
 // tensor-core kernel reads: bf16 rows copied straight into its K stages, fp8_ds_mla decoded;

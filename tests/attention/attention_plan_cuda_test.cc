@@ -3,7 +3,9 @@
 // how many slices, query groups and their workspace, from the shapes alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 #include "cuda/attention_ds_mla.cuh"
 #include "sparse_swa/attention.h"
@@ -31,8 +33,13 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_EQ(d.groups, 1);
   EXPECT_EQ(d.splits, 20);
   EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
-  EXPECT_FALSE(d.cluster_merge);      // the decode kernel's slices: the merge kernel
-  EXPECT_EQ(plan(8, -1).splits, 16);  // 132 / 8 SMs per token
+  EXPECT_FALSE(d.cluster_merge);  // the decode kernel's slices: the merge kernel
+  // 8 tokens: 16 SMs per token, fewer than the 20 tiles: the prefill kernel's 10 single pairs
+  // (more slices than a cluster holds: the merge kernel).
+  d = plan(8, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_FALSE(d.cluster_merge);
   // 16 tokens: 8 CTAs per token, the prefill kernel's 10 pairs in 5 slices of 2; 64 tokens: 2.
   d = plan(16, -1);
   EXPECT_TRUE(d.prefill);
@@ -71,7 +78,8 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   p.extra_indices.width = 129;  // 257 keys: 9 tiles, 9 slices of one
   EXPECT_FALSE(plan(1, -1).prefill);
   EXPECT_EQ(plan(1, -1).splits, 9);
-  EXPECT_EQ(plan(16, -1).splits, 8);  // 132 / 16 SMs per token (5 pairs: one per slice)
+  EXPECT_EQ(plan(16, -1).splits, 5);  // 132 / 16 SMs per token, 5 pairs: one per slice
+  EXPECT_TRUE(plan(16, -1).prefill);
   // Forced kernels: the prefill kernel splits into single pairs too.
   p.kernel = AttentionKernel::kPrefill;
   d = plan(1, -1);
@@ -92,6 +100,80 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   d = plan(kSms, -1);
   EXPECT_FALSE(d.prefill);
   EXPECT_EQ(d.splits, 1);
+}
+
+// The prefill kernel's slices of a token merge inside a cluster, so a call's clusters must all
+// run at once: on a device whose GPCs hold fewer clusters than num_sms / size (an H100 SXM's
+// counts below), fewer and larger slices. Past one wave of CTAs on fp8_ds_mla rows, the last
+// wave's tokens take slices (docs/design.md#splits).
+TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
+  constexpr int64_t kRow = 2056;
+  detail::SmCapacity h100;
+  h100.num_sms = 132;
+  const int32_t counts[9] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
+  std::copy(std::begin(counts), std::end(counts), std::begin(h100.clusters));
+  SparseAttentionParams p;
+  p.num_heads = 64;
+  p.swa_indices.width = 128;
+  p.extra_indices.width = 512;  // 640 keys: 10 pairs of 32-key blocks
+  auto plan = [&](int64_t tokens, const detail::SmCapacity& sms, int64_t workspace) {
+    p.num_tokens = p.swa_indices.rows = p.extra_indices.rows = tokens;
+    return detail::plan_ds_mla_attention(p, sms, workspace);
+  };
+  const detail::SmCapacity ideal = detail::SmCapacity::ideal(132);
+  EXPECT_EQ(ideal.clusters[5], 26);
+  // 24 tokens: 5 SMs a token; 24 clusters of 5 fit the ideal device (26), not the H100 (22):
+  // 4 slices (30 clusters of 4 fit).
+  EXPECT_EQ(plan(24, ideal, -1).splits, 5);
+  detail::DsMlaPlan d = plan(24, h100, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 4);
+  EXPECT_TRUE(d.cluster_merge);
+  EXPECT_EQ(d.workspace_bytes, 4 * 24 * 64 * kRow);
+  EXPECT_EQ(plan(32, h100, -1).splits, 3);  // 32 clusters of 4 do not fit (30); of 3 do (39)
+  EXPECT_EQ(plan(16, h100, -1).splits, 5);  // 16 clusters of 5 fit (22)
+  EXPECT_EQ(plan(48, h100, -1).splits, 2);
+  // Past one wave: the tokens of the full waves run whole, the last wave's take slices over every
+  // SM. V4-Pro (128 heads, 128 + 1024 keys: 18 pairs), 67 tokens = 134 CTAs: 66 tokens whole, the
+  // last one's 2 items in 18 slices of a pair (36 CTAs), merged by the merge kernel.
+  p.num_heads = 128;
+  p.extra_indices.width = 1024;
+  d = plan(67, h100, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 18);
+  EXPECT_EQ(d.whole_tokens, 66);
+  EXPECT_FALSE(d.cluster_merge);
+  EXPECT_EQ(d.workspace_bytes, 18 * 1 * 128 * kRow);
+  d = plan(96, h100, -1);  // 192 CTAs: the last 60 items (30 tokens) in 2 slices
+  EXPECT_EQ(d.splits, 2);
+  EXPECT_EQ(d.whole_tokens, 66);
+  EXPECT_EQ(d.workspace_bytes, 2 * 30 * 128 * kRow);
+  d = plan(160, h100, -1);  // 320 CTAs: two full waves, then 28 tokens in 2 slices
+  EXPECT_EQ(d.splits, 2);
+  EXPECT_EQ(d.whole_tokens, 132);
+  EXPECT_EQ(plan(128, h100, -1).splits, 1);  // the last wave's 124 items: one slice each
+  EXPECT_EQ(plan(66, h100, -1).splits, 1);   // exactly one wave
+  EXPECT_EQ(plan(67, h100, 18 * 128 * kRow - 1).splits, 1);  // no room
+  p.kernel = AttentionKernel::kDecode;  // the decode kernel never splits full waves
+  EXPECT_EQ(plan(67, h100, -1).splits, 1);
+  p.kernel = AttentionKernel::kAuto;
+  static const uint8_t bytes[16] = {};
+  p.swa_cache = {bytes, 1, 64, 64 * 1024, CacheDtype::kBf16, MemorySpace::kDevice};
+  p.extra_cache = p.swa_cache;
+  EXPECT_EQ(plan(67, h100, -1).splits, 1);  // bf16 rows: measured only on fp8_ds_mla
+  // V4-Flash (64 heads, 640 keys: 10 pairs): 133 tokens: 132 whole, the last in 10 slices.
+  p.swa_cache.dtype = p.extra_cache.dtype = CacheDtype::kFp8DsMla;
+  p.num_heads = 64;
+  p.extra_indices.width = 512;
+  d = plan(133, h100, -1);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_EQ(d.whole_tokens, 132);
+  EXPECT_EQ(plan(264, h100, -1).splits, 1);
+  // Rows of 4 pairs (256 keys): 4 slices of one pair; of 2 pairs (7 tiles): never split.
+  p.extra_indices.width = 128;
+  EXPECT_EQ(plan(133, h100, -1).splits, 4);
+  p.extra_indices.width = 96;
+  EXPECT_EQ(plan(133, h100, -1).splits, 1);
 }
 
 // Decoded keys (docs/design.md#decoded-keys): prefill-sized calls on fp8_ds_mla caches whose rows
@@ -122,7 +204,11 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
   d = plan(4096, one_cache - 1);  // no room: the caches read directly
   EXPECT_FALSE(d.decoded_keys);
   EXPECT_TRUE(d.prefill);
-  EXPECT_EQ(d.workspace_bytes, 0);
+  // 4096 = 31 x 132 + 4 tokens: the last wave's 4 in 10 slices each (docs/design.md#splits).
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_EQ(d.whole_tokens, 4092);
+  EXPECT_EQ(d.workspace_bytes, 10 * 4 * 64 * int64_t{2056});
+  EXPECT_EQ(plan(4096, 0).workspace_bytes, 0);  // none at all: unsplit
   // Two caches: two slot spaces.
   p.extra_cache.data = extra_bytes;
   EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 * int64_t{1024});
