@@ -504,7 +504,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   }
   // Fill the SMs once. The decode kernel takes slices of one tile where every slice gets one (it
   // was faster there; with slices of two tiles or more the prefill kernel's whole pairs were:
-  // bench/README.md#variant-log, runs 64 and 134); the prefill kernel's slices are whole pairs of
+  // bench/README.md#variant-log, runs 64 and 137); the prefill kernel's slices are whole pairs of
   // blocks, as few as give the widest row's pairs the same slice size (so that no CTA of a full
   // row idles; the bf16 kernel's pairs are of 64-key blocks, so a slice of its may be empty).
   const int64_t per_row = num_sms / ctas;
@@ -514,7 +514,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
     splits = (pairs + per - 1) / per;
     // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a
-    // second wave of them doubles the time (bench/README.md#variant-log, run 134).
+    // second wave of them doubles the time (bench/README.md#variant-log, run 137).
     while (splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
       ++per;
       splits = (pairs + per - 1) / per;

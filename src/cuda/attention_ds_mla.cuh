@@ -69,11 +69,10 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 // else slices of the key lists (docs/design.md#splits): when tokens x head groups leave SMs idle,
 // slices that fill them once -- the decode kernel's single tiles where every slice gets one, else
 // the prefill kernel's whole pairs, fewer and larger where their clusters would not all run at
-// once --, and on fp8_ds_mla caches read directly that take two waves of CTAs or more, two slices
-// a row where that shortens the waves more than the second prologue costs; never more than the
-// caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for sizing). params.kernel
-// can force either kernel; unsplit prefill plans on bf16 rows at 1..16 heads take the few-heads
-// kernel.
+// once --, and on fp8_ds_mla caches read directly past one wave of CTAs, slices of the last
+// wave's tokens that spread them over every SM; never more than the caller's workspace holds
+// (`workspace_bytes` < 0: as many as wanted, for sizing). params.kernel can force either kernel;
+// unsplit prefill plans on bf16 rows at 1..16 heads take the few-heads kernel.
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, const SmCapacity& sms,
                                 int64_t workspace_bytes);
 // The same for a device of `num_sms` SMs with SmCapacity::ideal clusters.
