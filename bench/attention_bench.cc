@@ -95,17 +95,19 @@ const Scenario kScenarios[] = {
     {"prefill_h8_t4096_fp8", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768},
 };
 
-// --sweep: V4-Flash (64 h, 128 + 512) and V4-Pro (128 h, 128 + 1024) decode over batch sizes
-// between and around the fixed shapes' (a wave of SMs is 132 CTAs on an H100 or H200), so that a
-// cliff in the kernel choice or the split shows up. bench/flashmla_bench.py --sweep times the same.
+// --sweep: V4-Flash (64 h, 128 + 512), V4-Pro (128 h, 128 + 1024) and a TP8 rank of V4-Flash (8 h)
+// decode over batch sizes between and around the fixed shapes' (a wave of SMs is 132 CTAs on an
+// H100 or H200), so that a cliff in the kernel choice or the split shows up.
+// bench/flashmla_bench.py --sweep times the same.
 constexpr int32_t kSweepFlash[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,  96,
                                    112, 128, 132, 133, 144, 160, 192, 224, 256, 320, 512};
 constexpr int32_t kSweepPro[] = {1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256};
+constexpr int32_t kSweepTp8[] = {8, 24, 32, 96, 133, 160, 192};  // 8 heads (a TP8 rank of V4-Flash)
 
 std::vector<Scenario> sweep_scenarios() {
   static std::vector<std::string> names;  // the Scenario names point into it
   names.clear();
-  names.reserve(std::size(kSweepFlash) + std::size(kSweepPro));
+  names.reserve(std::size(kSweepFlash) + std::size(kSweepPro) + std::size(kSweepTp8));
   std::vector<Scenario> out;
   for (const int32_t b : kSweepFlash) {
     names.push_back("flash_h64_b" + std::to_string(b));
@@ -114,6 +116,10 @@ std::vector<Scenario> sweep_scenarios() {
   for (const int32_t b : kSweepPro) {
     names.push_back("pro_h128_b" + std::to_string(b));
     out.push_back({names.back().c_str(), b, 128, 128, 1024, 64, 1.0, 1, 0.0});
+  }
+  for (const int32_t b : kSweepTp8) {
+    names.push_back("tp8_h8_b" + std::to_string(b));
+    out.push_back({names.back().c_str(), b, 8, 128, 512, 64, 1.0, 1, 0.0});
   }
   return out;
 }

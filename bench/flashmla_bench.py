@@ -45,12 +45,15 @@ PREFILL = [
     ("prefill_h16_t4096_bf16", 4096, 16, 640, 32768),
     ("prefill_h8_t4096_bf16", 4096, 8, 640, 32768),
 ]
-# --sweep: V4-Flash and V4-Pro decode over batch sizes, as sparse_swa_attention_bench --sweep.
+# --sweep: V4-Flash, V4-Pro and 8-head decode over batch sizes, as sparse_swa_attention_bench
+# --sweep.
 SWEEP_FLASH = [1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 132, 133, 144, 160, 192, 224,
                256, 320, 512]
 SWEEP_PRO = [1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256]
+SWEEP_TP8 = [8, 24, 32, 96, 133, 160, 192]  # 8 heads, padded to 64
 SWEEP = ([(f"flash_h64_b{b}", b, 64, 128, 512, 64, 1.0, 1) for b in SWEEP_FLASH] +
-         [(f"pro_h128_b{b}", b, 128, 128, 1024, 64, 1.0, 1) for b in SWEEP_PRO])
+         [(f"pro_h128_b{b}", b, 128, 128, 1024, 64, 1.0, 1) for b in SWEEP_PRO] +
+         [(f"tp8_h8_b{b}", b, 8, 128, 512, 64, 1.0, 1) for b in SWEEP_TP8])
 TOKEN_BYTES = 584  # 448 e4m3 + 64 bf16 + 8 scale bytes
 
 

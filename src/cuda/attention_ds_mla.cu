@@ -739,14 +739,13 @@ SmCapacity ask_device(int device, int32_t num_sms) {
 }  // namespace
 
 SmCapacity SmCapacity::of_device(int device, int32_t num_sms) {
-  static std::mutex mutex;
-  static std::vector<std::pair<int, SmCapacity>> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& [d, c] : known) {
-    if (d == device && c.num_sms == num_sms) return c;
-  }
-  known.emplace_back(device, ask_device(device, num_sms));
-  return known.back().second;
+  // Asked once per device (every call plans, so no lock after that); past kDevices, every time.
+  constexpr int kDevices = 64;
+  static std::once_flag once[kDevices];
+  static SmCapacity known[kDevices];
+  if (device < 0 || device >= kDevices) return ask_device(device, num_sms);
+  std::call_once(once[device], [&] { known[device] = ask_device(device, num_sms); });
+  return known[device].num_sms == num_sms ? known[device] : ask_device(device, num_sms);
 }
 
 Status launch_ds_mla_attention(const SparseAttentionParams& p, cudaStream_t stream) {
