@@ -619,11 +619,13 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
     a.partial_ml =
         reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * split_rows * kHeadDim);
   }
-  const int64_t blocks = a.key_rows * plan.groups * plan.splits;
+  // CTAs: one per whole token and head group, `splits` per split one.
+  const int64_t blocks =
+      (a.key_rows * plan.splits - int64_t{plan.whole_tokens} * (plan.splits - 1)) * plan.groups;
   if (blocks > 0x7fffffff) {
-    return invalid_argument("params.num_tokens: expected at most ",
-                            0x7fffffff / (int64_t{plan.groups} * plan.splits), " tokens at ",
-                            p.num_heads, " heads, got ", p.num_tokens);
+    const int64_t per_token = plan.groups * (plan.whole_tokens > 0 ? 1 : int64_t{plan.splits});
+    return invalid_argument("params.num_tokens: expected at most ", 0x7fffffff / per_token,
+                            " tokens at ", p.num_heads, " heads, got ", p.num_tokens);
   }
   if (p.num_tokens > 0) {
     SPARSE_SWA_RETURN_IF_ERROR(encode_head_rows(a.q_map, p.q, p.num_tokens, p.num_heads));
