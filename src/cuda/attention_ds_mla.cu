@@ -419,6 +419,17 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
          slots > 0 && slots < (int64_t{1} << 31) && p.num_tokens * max_keys >= 4 * slots;
 }
 
+// Every segment an fp8_ds_mla cache (read directly unless the plan decodes the keys first).
+bool fp8_rows(const SparseAttentionParams& p) {
+  return p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
+         (p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla);
+}
+
+// Unforced split calls of fewer (token, head group) items than this merge their fp8_ds_mla slices
+// through the merge kernel: in clusters they were slower (bench/README.md#variant-log, runs 137,
+// 140). (A forced prefill kernel keeps clusters, so that the tests reach every cluster size.)
+constexpr int64_t kMinClusterItems = 16;
+
 // Past one wave of CTAs on fp8_ds_mla caches read directly (the prefill kernel, one CTA per item,
 // no walking): the items of the last, partial wave would take a whole row's time on a few SMs.
 // Instead the tokens of the full waves run whole and the last wave's tokens take slices that
@@ -426,8 +437,7 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
 // (tail_tokens) split, so that tail_tokens x groups x slices <= SMs.
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
                          int64_t pairs, int64_t* tail_tokens) {
-  const bool fp8 = p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
-                   (p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla);
+  const bool fp8 = fp8_rows(p);
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
   if (!fp8 || rest == 0) return 1;
@@ -502,20 +512,24 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     }
     return plan;
   }
-  // Fill the SMs once. The decode kernel takes slices of one tile where every slice gets one (it
-  // was faster there; with slices of two tiles or more the prefill kernel's whole pairs were:
-  // bench/README.md#variant-log, runs 64 and 137); the prefill kernel's slices are whole pairs of
-  // blocks, as few as give the widest row's pairs the same slice size (so that no CTA of a full
-  // row idles; the bf16 kernel's pairs are of 64-key blocks, so a slice of its may be empty).
+  // Fill the SMs once. The prefill kernel's slices are whole pairs of blocks, as few as give the
+  // widest row's pairs the same slice size (so that no CTA of a full row idles). It takes every
+  // split of fp8_ds_mla rows, and of bf16 rows where a slice gets two pairs or more; the decode
+  // kernel's single-tile slices take bf16 rows at one or a few tokens (the bf16 kernel's pairs
+  // are of 64-key blocks, so slices of one 32-key pair would leave half its CTAs empty)
+  // (bench/README.md#variant-log, runs 64, 137 and 140).
   const int64_t per_row = num_sms / ctas;
-  const bool prefill = p.kernel == AttentionKernel::kAuto ? per_row < max_tiles : plan.prefill;
+  const bool auto_kernel = p.kernel == AttentionKernel::kAuto;
+  const bool fp8 = fp8_rows(p);
+  int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
+  const bool prefill = auto_kernel ? fp8 || per >= 2 : plan.prefill;
+  const bool clusters = prefill && !(auto_kernel && fp8 && ctas < kMinClusterItems);
   int64_t splits = 0;
   if (prefill) {
-    int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
     splits = (pairs + per - 1) / per;
     // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a
     // second wave of them doubles the time (bench/README.md#variant-log, run 137).
-    while (splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
+    while (clusters && splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
       ++per;
       splits = (pairs + per - 1) / per;
     }
@@ -526,7 +540,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (splits <= 1) return plan;
   plan.prefill = prefill;
   plan.splits = static_cast<int32_t>(splits);
-  plan.cluster_merge = prefill && splits <= kMaxClusterSplits;
+  plan.cluster_merge = clusters && splits <= kMaxClusterSplits;
   plan.workspace_bytes = splits * row_bytes;
   return plan;
 }

@@ -577,9 +577,11 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
     // Tokens x head groups that fill the SMs: never split, the prefill kernel.
     EXPECT_EQ(kernel_for(many, dtype, kAuto, true), kPre);
     // Small batches of long rows split with a workspace, not without one: over the prefill
-    // kernel where its slices get two pairs of blocks or more, else over the decode kernel.
+    // kernel where its slices get two pairs of blocks or more; where they would get one, bf16
+    // rows over the decode kernel's single tiles, fp8_ds_mla rows still over the prefill kernel
+    // (docs/design.md#splits).
     EXPECT_EQ(kernel_for(half, dtype, kAuto, true), kPre);
-    EXPECT_EQ(kernel_for(few, dtype, kAuto, true), kDec);
+    EXPECT_EQ(kernel_for(few, dtype, kAuto, true), dtype == kBf ? kDec : kPre);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, false), kPre);
     EXPECT_EQ(kernel_for(narrow, dtype, kAuto, true), kPre);  // too few keys to split
     EXPECT_EQ(kernel_for(many, dtype, kDec, false), kDec);

@@ -181,14 +181,14 @@ std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel
 
 // Small batches with a workspace: the keys of each token are split over several CTAs and merged
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
-// merge reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a warp a
-// row past that: 1 token x 64 heads (20 splits) and 20 x 64 (1280 rows, 6 splits) take each.
-// Unforced, 16, 20, 40 and 64 tokens x 64 or 32 heads, 4 x 128 and 5 x 48 take the prefill
-// kernel's slices of pairs, the others the decode kernel's slices of tiles; each kernel forced
-// takes them all. The prefill kernel's 2-8 slices merge inside a cluster (64 tokens x 32 heads:
-// 2 slices; 40 x 64: 3, or 2 where 40 clusters of 3 do not run at once, as on an H100; 16 and
-// 20 x 64: 5; forced, 8 x 8: 6, 1 x 16: 7, 1 x 100: 8), more (4 x 128: 9, 5 x 48: 20) through
-// the merge kernel.
+// merge kernel reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a
+// warp a row past that: 1 token x 64 heads (10 slices; 20 with the decode kernel forced) and
+// 20 x 64 with the decode kernel forced (1280 rows, 6 splits) take each. Unforced, every shape
+// takes the prefill kernel's slices of pairs; each kernel forced takes them all. The prefill
+// kernel's 2-8 slices merge inside a cluster from 16 (token, head group) items on (64 tokens x 32
+// heads: 2 slices; 40 x 64: 3, or 2 where 40 clusters of 3 do not run at once, as on an H100;
+// 16 and 20 x 64: 5) and, forced, at any count (8 x 8: 6, 1 x 16: 7, 1 x 100: 8); fewer items
+// and more slices (4 x 128: 9, 5 x 48: 20) go through the merge kernel.
 std::vector<Shape> split_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{64, 128, 512, 256, 64, 1, kDs, kDs, true, true},
                       Shape{64, 128, 512, 256, 64, 16, kDs, kDs, true, true},

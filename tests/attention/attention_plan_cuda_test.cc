@@ -26,32 +26,30 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
     p.swa_indices.rows = tokens;
     return detail::plan_ds_mla_attention(p, kSms, workspace);
   };
-  // 4 tokens x 1 group: 33 CTAs per token would fill the SMs: the prefill kernel's slices would
-  // be one pair of blocks, so the decode kernel takes 20 slices of 1 tile.
+  // fp8_ds_mla rows: the prefill kernel takes every split. 4 tokens x 1 group: 33 SMs a token,
+  // the 10 pairs in 10 slices of one; under 16 items the merge kernel merges them.
   detail::DsMlaPlan d = plan(4, -1);
-  EXPECT_FALSE(d.prefill);
+  EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.groups, 1);
-  EXPECT_EQ(d.splits, 20);
-  EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
-  EXPECT_FALSE(d.cluster_merge);  // the decode kernel's slices: the merge kernel
-  // 8 tokens: 16 SMs per token, fewer than the 20 tiles: the prefill kernel's 10 single pairs
-  // (more slices than a cluster holds: the merge kernel).
-  d = plan(8, -1);
+  EXPECT_EQ(d.splits, 10);
+  EXPECT_EQ(d.workspace_bytes, 10 * 4 * 64 * kRow);
+  EXPECT_FALSE(d.cluster_merge);
+  d = plan(8, -1);  // 16 SMs a token: 10 single pairs
   EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 10);
   EXPECT_FALSE(d.cluster_merge);
-  // 16 tokens: 8 CTAs per token, the prefill kernel's 10 pairs in 5 slices of 2; 64 tokens: 2.
+  // 16 tokens: 8 CTAs per token, 10 pairs in 5 slices of 2, a cluster of 5 per token; 64: 2.
   d = plan(16, -1);
   EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 5);
   EXPECT_EQ(d.workspace_bytes, 5 * 16 * 64 * kRow);
-  EXPECT_TRUE(d.cluster_merge);  // a cluster of 5 per token, merged in the kernel
+  EXPECT_TRUE(d.cluster_merge);
   EXPECT_TRUE(plan(64, -1).cluster_merge);
   EXPECT_TRUE(plan(64, -1).prefill);
   EXPECT_EQ(plan(64, -1).splits, 2);
-  // A workspace for 3 slices gives 3; none (or too small for 2) gives the prefill kernel.
+  // A workspace for 3 slices gives 3; none (or too small for 2) gives no split.
   d = plan(4, 3 * 4 * 64 * kRow + 100);
-  EXPECT_FALSE(d.prefill);
+  EXPECT_TRUE(d.prefill);
   EXPECT_EQ(d.splits, 3);
   for (const int64_t workspace : {int64_t{0}, 2 * 4 * 64 * kRow - 1}) {
     d = plan(4, workspace);
@@ -59,6 +57,23 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
     EXPECT_EQ(d.splits, 1);
     EXPECT_EQ(d.workspace_bytes, 0);
   }
+  // bf16 rows: where a slice would be one pair, the decode kernel's single tiles (4 tokens: 20
+  // slices of 1 tile; 8: 16, for 132 / 8 SMs a token); two pairs or more, the prefill kernel.
+  static const uint8_t bytes[16] = {};
+  p.swa_cache = {bytes, 1, 64, 64 * 1024, CacheDtype::kBf16, MemorySpace::kDevice};
+  d = plan(4, -1);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 20);
+  EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
+  EXPECT_FALSE(d.cluster_merge);  // the decode kernel's slices: the merge kernel
+  EXPECT_FALSE(plan(8, -1).prefill);
+  EXPECT_EQ(plan(8, -1).splits, 16);
+  d = plan(4, 3 * 4 * 64 * kRow + 100);
+  EXPECT_FALSE(d.prefill);
+  EXPECT_EQ(d.splits, 3);
+  EXPECT_TRUE(plan(16, -1).prefill);
+  EXPECT_EQ(plan(16, -1).splits, 5);
+  p.swa_cache = {};
   // Tokens x groups that fill the SMs never split.
   d = plan(kSms, -1);
   EXPECT_TRUE(d.prefill);
@@ -75,12 +90,14 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   p.extra_indices.rows = 1;
   p.extra_indices.width = 96;
   EXPECT_TRUE(plan(1, -1).prefill);
-  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 9 slices of one
-  EXPECT_FALSE(plan(1, -1).prefill);
-  EXPECT_EQ(plan(1, -1).splits, 9);
+  p.extra_indices.width = 129;  // 257 keys: 9 tiles, 5 pairs, 5 slices of one
+  d = plan(1, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_FALSE(d.cluster_merge);      // one item
   EXPECT_EQ(plan(16, -1).splits, 5);  // 132 / 16 SMs per token, 5 pairs: one per slice
-  EXPECT_TRUE(plan(16, -1).prefill);
-  // Forced kernels: the prefill kernel splits into single pairs too.
+  EXPECT_TRUE(plan(16, -1).cluster_merge);
+  // Forced kernels: the prefill kernel keeps clusters at any item count.
   p.kernel = AttentionKernel::kPrefill;
   d = plan(1, -1);
   EXPECT_TRUE(d.prefill);
