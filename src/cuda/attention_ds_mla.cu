@@ -129,9 +129,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the unsplit kernel. Few rows take 128 threads each, many take a warp (fewer registers per row).
 template <int kThreads, int kBatch>
 __global__ void __launch_bounds__(256, 4) ds_mla_merge_kernel(const __grid_constant__ Args a) {
-  constexpr int kVecs = kHeadDim / 4 / kThreads;                // float4s per thread
-  const int64_t first = int64_t{a.whole_tokens} * a.num_heads;  // rows before it are finished
-  const int64_t rows = a.num_tokens * a.num_heads - first;      // the split rows
+  constexpr int kVecs = kHeadDim / 4 / kThreads;            // float4s per thread
+  const int64_t first = first_split_row(a);                 // rows before it are finished
+  const int64_t rows = a.num_tokens * a.num_heads - first;  // the split rows
   const int64_t r = int64_t{blockIdx.x} * (256 / kThreads) + threadIdx.x / kThreads;
   if (r >= rows) return;
   const int64_t row = first + r;
@@ -367,6 +367,12 @@ QueryGroupUnions group_unions(void* workspace, int64_t groups, int64_t cap) {
           reinterpret_cast<int32_t*>(w + 2 * part), cap};
 }
 
+// Every segment an fp8_ds_mla cache (read directly unless the plan decodes the keys first).
+bool fp8_rows(const SparseAttentionParams& p) {
+  return p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
+         (p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla);
+}
+
 // Query groups (docs/design.md#query-groups) go to the fp8_ds_mla prefill kernel when a group's
 // rows fit one CTA (g x H <= 64), its entries one union CTA, and the two caches' slot ids one
 // 31-bit key space; and, unforced, only when the groups alone fill the SMs: a CTA walks its
@@ -378,9 +384,7 @@ bool query_groups_apply(const SparseAttentionParams& p, int64_t max_keys, int nu
   const int64_t slots = p.swa_cache.num_slots() + (extra ? p.extra_cache.num_slots() : 0);
   const int64_t groups = (p.num_tokens + g - 1) / g;
   return g > 1 && p.num_tokens > 0 && p.kernel != AttentionKernel::kDecode &&
-         (p.kernel == AttentionKernel::kPrefill || groups >= num_sms) &&
-         p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
-         (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) &&
+         (p.kernel == AttentionKernel::kPrefill || groups >= num_sms) && fp8_rows(p) &&
          g * p.num_heads <= kGroupHeads && g * max_keys <= kMaxGroupEntries &&
          slots < (int64_t{1} << 31);
 }
@@ -412,17 +416,9 @@ constexpr int32_t kDecodedPage = 64;
 bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t max_keys,
                         int num_sms, int64_t ctas) {
   static const bool enabled = env_int("SPARSE_SWA_ATTENTION_DECODED_KEYS", 1) != 0;
-  const bool extra = p.extra_indices.rows != 0;
-  return enabled && p.kernel != AttentionKernel::kDecode &&
-         p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
-         (!extra || p.extra_cache.dtype == CacheDtype::kFp8DsMla) && ctas >= 2 * int64_t{num_sms} &&
-         slots > 0 && slots < (int64_t{1} << 31) && p.num_tokens * max_keys >= 4 * slots;
-}
-
-// Every segment an fp8_ds_mla cache (read directly unless the plan decodes the keys first).
-bool fp8_rows(const SparseAttentionParams& p) {
-  return p.swa_cache.dtype == CacheDtype::kFp8DsMla &&
-         (p.extra_indices.rows == 0 || p.extra_cache.dtype == CacheDtype::kFp8DsMla);
+  return enabled && p.kernel != AttentionKernel::kDecode && fp8_rows(p) &&
+         ctas >= 2 * int64_t{num_sms} && slots > 0 && slots < (int64_t{1} << 31) &&
+         p.num_tokens * max_keys >= 4 * slots;
 }
 
 // Unforced split calls of fewer (token, head group) items than this merge their fp8_ds_mla slices
@@ -437,10 +433,9 @@ constexpr int64_t kMinClusterItems = 16;
 // (tail_tokens) split, so that tail_tokens x groups x slices <= SMs.
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
                          int64_t pairs, int64_t* tail_tokens) {
-  const bool fp8 = fp8_rows(p);
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
-  if (!fp8 || rest == 0) return 1;
+  if (!fp8_rows(p) || rest == 0) return 1;
   *tail_tokens = (rest + groups - 1) / groups;
   const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
   // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
@@ -484,16 +479,14 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (ctas == 0 || max_tiles < kMinTilesToSplit) return plan;
   const int64_t pairs = (max_tiles + 1) / 2;  // of 32-key blocks, the fp8_ds_mla kernel's
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
-  const auto room = [&](int64_t n) {
-    return workspace_bytes < 0 || workspace_bytes >= n * row_bytes;
-  };
+  const auto fits = [&](int64_t bytes) { return workspace_bytes < 0 || workspace_bytes >= bytes; };
   // Development: SPARSE_SWA_ATTENTION_SPLITS=N asks for N prefill-kernel slices (policy A/B).
   static const int asked = env_int("SPARSE_SWA_ATTENTION_SPLITS", 0);
   if (asked > 0 && plan.prefill) {
     const int64_t per =
         (pairs + std::min<int64_t>(asked, pairs) - 1) / std::min<int64_t>(asked, pairs);
     const int64_t n = (pairs + per - 1) / per;
-    if (n > 1 && room(n)) {
+    if (n > 1 && fits(n * row_bytes)) {
       plan.splits = static_cast<int32_t>(n);
       plan.cluster_merge = n <= kMaxClusterSplits;
       plan.workspace_bytes = n * row_bytes;
@@ -505,7 +498,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     const int64_t slices =
         plan.prefill ? last_wave_slices(p, sms, plan.groups, pairs, &tail_tokens) : 1;
     const int64_t tail_bytes = slices * tail_tokens * p.num_heads * kPartialRowBytes;
-    if (slices > 1 && (workspace_bytes < 0 || workspace_bytes >= tail_bytes)) {
+    if (slices > 1 && fits(tail_bytes)) {
       plan.splits = static_cast<int32_t>(slices);
       plan.whole_tokens = static_cast<int32_t>(p.num_tokens - tail_tokens);
       plan.workspace_bytes = tail_bytes;
@@ -626,16 +619,14 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   a.seg1 = a.num_segments > 1 ? segment(p.extra_indices, p.extra_cache) : a.seg0;
   if (plan.query_group > 1) a.unions = group_unions(p.workspace, a.key_rows, plan.group_cap);
   // The rows that take slices: those of the tokens after the whole ones.
-  const int64_t split_rows = (p.num_tokens - plan.whole_tokens) * p.num_heads;
+  const int64_t split_rows = p.num_tokens * p.num_heads - first_split_row(a);
   if (plan.splits > 1) {
     // [splits, split_rows, 512] fp32, then [splits, split_rows] (max, sum); both 16-byte aligned.
     a.partial_o = static_cast<float*>(p.workspace);
     a.partial_ml =
         reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * split_rows * kHeadDim);
   }
-  // CTAs: one per whole token and head group, `splits` per split one.
-  const int64_t blocks =
-      (a.key_rows * plan.splits - int64_t{plan.whole_tokens} * (plan.splits - 1)) * plan.groups;
+  const int64_t blocks = launch_items(a);
   if (blocks > 0x7fffffff) {
     const int64_t per_token = plan.groups * (plan.whole_tokens > 0 ? 1 : int64_t{plan.splits});
     return invalid_argument("params.num_tokens: expected at most ", 0x7fffffff / per_token,

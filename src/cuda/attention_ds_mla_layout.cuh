@@ -177,6 +177,15 @@ struct Args {
   // loaded and left alone when stored.
   CUtensorMap q_map, out_map;
 };
+
+// The items a launch covers: one per whole token and head group, `splits` per split one.
+__host__ __device__ inline int64_t launch_items(const Args& a) {
+  return (a.key_rows * a.splits - int64_t{a.whole_tokens} * (a.splits - 1)) * a.groups;
+}
+// The first (token x heads + head) row that takes slices; the rows before it are finished whole.
+__host__ __device__ inline int64_t first_split_row(const Args& a) {
+  return int64_t{a.whole_tokens} * a.num_heads;
+}
 // `map` describes rows [T][H][512] bf16 at `base` (q or out) in boxes of 64 dims x 64 heads x one
 // token with the 128-byte swizzle (a box is one sw128 column block of a head group). The driver's
 // encoder is looked up once.

@@ -258,8 +258,7 @@ Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
     return internal_error("sparse_attention: cannot reserve ", smem,
                           " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
   }
-  const unsigned ctas = static_cast<unsigned>(
-      (a.key_rows * a.splits - int64_t{a.whole_tokens} * (a.splits - 1)) * a.groups);
+  const unsigned ctas = static_cast<unsigned>(launch_items(a));
   if (a.cluster_merge && !clusters_fit<kKernel>(a.splits, smem)) a.cluster_merge = 0;
   if (!a.cluster_merge) {
     const unsigned grid =

@@ -99,8 +99,7 @@ __device__ __forceinline__ uint32_t q_free_bar(const Cta<BL>& c) {
 // The items (token x head group x split) a launch covers; CTA blockIdx.x takes items blockIdx.x,
 // + gridDim.x, ... in turn.
 __device__ __forceinline__ uint32_t item_count(const Args& a) {
-  return static_cast<uint32_t>((a.key_rows * a.splits - int64_t{a.whole_tokens} * (a.splits - 1)) *
-                               a.groups);
+  return static_cast<uint32_t>(launch_items(a));
 }
 
 // The index entry of key `key` of block b, or -1.

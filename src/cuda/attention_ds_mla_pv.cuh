@@ -33,7 +33,7 @@ __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r,
     o.y = a.out + row * kHeadDim;
     if (writer) a.lse[row] = f.lse;
   } else {
-    const int64_t first = int64_t{a.whole_tokens} * a.num_heads;  // the first split row
+    const int64_t first = first_split_row(a);
     const int64_t prow = c.split * (a.num_tokens * a.num_heads - first) + row - first;
     o.py = a.partial_o + prow * kHeadDim;
     o.factor = 1.0f;
