@@ -16,7 +16,8 @@
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
 //                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
-//                              [--sweep]
+//                              [--sweep] [--cache fp8_ds_mla|bf16]
+// --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs).
 // Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
 // --no-query-groups.
 #include <cuda_runtime.h>
@@ -497,7 +498,8 @@ int main(int argc, char** argv) {
   const char* filter = nullptr;  // the shapes whose name contains it
   int runs = 30;
   bool allow_split = true;
-  bool sweep = false;  // the batch-size sweep instead of the fixed shapes
+  bool sweep = false;           // the batch-size sweep instead of the fixed shapes
+  const char* cache = nullptr;  // the decode shapes' cache dtype (default: fp8_ds_mla)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
       json = argv[++i];
@@ -511,6 +513,8 @@ int main(int argc, char** argv) {
       allow_split = false;
     } else if (!std::strcmp(argv[i], "--sweep")) {
       sweep = true;
+    } else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
+      cache = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-query-groups")) {
       g_query_groups = false;
     } else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) {
@@ -524,9 +528,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
                    "[--filter SUBSTRING] [--no-split] [--no-query-groups] "
-                   "[--kernel auto|decode|prefill] [--sweep]\n");
+                   "[--kernel auto|decode|prefill] [--sweep] [--cache fp8_ds_mla|bf16]\n");
       return 2;
     }
+  }
+  CacheDtype decode_dtype = CacheDtype::kFp8DsMla;
+  if (cache != nullptr) {
+    const auto d = parse_cache_dtype(cache);
+    if (!d.ok() || (d.value() != CacheDtype::kFp8DsMla && d.value() != CacheDtype::kBf16)) {
+      std::fprintf(stderr, "--cache: expected fp8_ds_mla or bf16, got %s\n", cache);
+      return 2;
+    }
+    decode_dtype = d.value();
   }
   if (!cuda_backend_available()) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -537,18 +550,23 @@ int main(int argc, char** argv) {
   const size_t flush_bytes = size_t{256} << 20;
   void* flush = nullptr;
   CUDA_OK(cudaMalloc(&flush, flush_bytes));
-  std::printf("device: %s, %d SMs; %d runs per shape; split %s; query groups %s\n", prop.name,
-              prop.multiProcessorCount, runs, allow_split ? "on" : "off",
-              g_query_groups ? "on" : "off");
+  std::printf("device: %s, %d SMs; %d runs per shape; split %s; query groups %s; decode cache %s\n",
+              prop.name, prop.multiProcessorCount, runs, allow_split ? "on" : "off",
+              g_query_groups ? "on" : "off", cache_dtype_name(decode_dtype));
   std::printf("%-23s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
               "median", "min", "warm", "floor", "FlashMLA", "TFLOP/s", "host", "host_dev",
               "max_err", "kernel", "check");
   FILE* jf = json ? std::fopen(json, "w") : nullptr;
   if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
   bool all_ok = true, first = true;
-  const std::vector<Scenario> scenarios =
+  std::vector<Scenario> scenarios =
       sweep ? sweep_scenarios()
             : std::vector<Scenario>(std::begin(kScenarios), std::end(kScenarios));
+  for (Scenario& s : scenarios) {
+    if (s.pool > 0 || s.dtype == decode_dtype) continue;
+    s.dtype = decode_dtype;
+    s.flashmla_us = 0.0;  // the reference figures are FlashMLA's fp8_ds_mla decode
+  }
   for (const Scenario& s : scenarios) {
     if (only && std::strcmp(only, s.name) != 0) continue;
     if (filter && std::strstr(s.name, filter) == nullptr) continue;

@@ -8,11 +8,14 @@ share, sink on, random slots no two tokens share, the call captured into a CUDA 
 schedule computed once, before capture), 30 replays each after a 256 MiB write that flushes the
 L2 (median and min) and 30 warm replays. FlashMLA takes 64 or 128 heads only: smaller head counts
 are padded to 64, as engines do. Prefill: flash_mla_sparse_fwd (use_legacy=True) on a bf16
-[pool, 1, 512] copy of the keys, every token's keys distinct random rows of the pool. Exits 0
-with a note when the package is absent.
+[pool, 1, 512] copy of the keys, every token's keys distinct random rows of the pool. --cache
+bf16 times the decode shapes on bf16 keys the same way (FlashMLA's sparse decode reads
+fp8_ds_mla caches only, so flash_mla_sparse_fwd is its kernel for bf16 caches): each token's
+valid keys (SWA + the extra segment's valid part) distinct rows of a pool of tokens x keys rows,
+no two tokens sharing one. Exits 0 with a note when the package is absent.
 
     python3 bench/flashmla_bench.py [--runs N] [--json FILE] [--only NAME] [--filter SUBSTRING]
-                                    [--sweep]
+                                    [--sweep] [--cache fp8_ds_mla|bf16]
 """
 import argparse
 import json
@@ -126,14 +129,17 @@ def graph_times(torch, call, runs, flush):
     return statistics.median(cold), min(cold), statistics.median(warm)
 
 
-def run_prefill(torch, flash_mla, sc, runs, flush):
+def run_prefill(torch, flash_mla, sc, runs, flush, unique=False):
+    """unique: every token's keys rows no other token reads (the decode shapes on bf16)."""
     name, tokens, heads, topk, pool = sc
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321 + tokens + heads)
     h = max(heads, 64)  # 64 or 128 heads only: engines pad
     kv = torch.randn(pool, 1, 512, generator=gen, device="cuda").to(torch.bfloat16)
-    # Distinct random keys per token: the first topk of a random permutation of the pool.
-    idx = torch.rand(tokens, pool, generator=gen, device="cuda").argsort(dim=1)[:, :topk]
+    if unique:  # a random permutation of the pool, topk rows a token
+        idx = torch.randperm(pool, generator=gen, device="cuda")[:tokens * topk].view(tokens, topk)
+    else:  # distinct random keys per token: the first topk of a random permutation of the pool
+        idx = torch.rand(tokens, pool, generator=gen, device="cuda").argsort(dim=1)[:, :topk]
     idx = idx.to(torch.int32).view(tokens, 1, topk).contiguous()
     q = torch.randn(tokens, h, 512, generator=gen, device="cuda").to(torch.bfloat16)
     sink = torch.linspace(-1.0, 1.0, h, device="cuda", dtype=torch.float32)
@@ -187,6 +193,8 @@ def main():
     ap.add_argument("--filter", help="the shapes whose name contains it")
     ap.add_argument("--sweep", action="store_true",
                     help="the decode batch-size sweep instead of the fixed shapes")
+    ap.add_argument("--cache", choices=["fp8_ds_mla", "bf16"], default="fp8_ds_mla",
+                    help="the decode shapes' cache dtype (bf16: flash_mla_sparse_fwd)")
     args = ap.parse_args()
     try:
         import torch
@@ -196,7 +204,7 @@ def main():
         return 0
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     print(f"FlashMLA (sgl-flash-mla, use_legacy=True) on {torch.cuda.get_device_name()}, "
-          f"{args.runs} graph replays per shape")
+          f"{args.runs} graph replays per shape, decode cache {args.cache}")
     print(f"{'shape':24} {'tokens':>7} {'heads':>6} {'median':>8} {'min':>8} {'warm':>8}")
     results = []
     for sc in SWEEP if args.sweep else SCENARIOS + PREFILL:
@@ -205,6 +213,11 @@ def main():
         try:
             if sc in PREFILL:
                 r = run_prefill(torch, flash_mla, sc, args.runs, flush)
+            elif args.cache == "bf16":
+                name, tokens, heads, swa_w, extra_w, _, fill, _ = sc
+                keys = swa_w + int(extra_w * fill)
+                r = run_prefill(torch, flash_mla, (name, tokens, heads, keys, tokens * keys),
+                                args.runs, flush, unique=True)
             else:
                 r = run(torch, flash_mla, sc, args.runs, flush)
         except Exception as e:  # a shape FlashMLA refuses: reported, the others still run
@@ -216,7 +229,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "runs": args.runs,
-                       "results": results}, f, indent=1)
+                       "decode_cache": args.cache, "results": results}, f, indent=1)
     return 0
 
 

@@ -67,15 +67,18 @@ if has flashmla; then
       2>&1 | tee "$OUT/flashmla.txt" | tail -20
 fi
 if has sweep; then
-  # The decode batch-size sweep (--sweep), ours and FlashMLA's (when .whl/ holds it), one table.
-  timeout 400 "$B/sparse_swa_attention_bench" --sweep --runs "${SWEEP_RUNS:-20}" \
-    --json "$OUT/sweep.json" >"$OUT/sweep.txt" 2>&1
+  # The decode batch-size sweep (--sweep), ours and FlashMLA's (when .whl/ holds it), one table;
+  # SWEEP_CACHE=bf16 on bf16 caches (FlashMLA: flash_mla_sparse_fwd).
+  cache=${SWEEP_CACHE:-fp8_ds_mla}
+  timeout 400 "$B/sparse_swa_attention_bench" --sweep --cache "$cache" --runs "${SWEEP_RUNS:-20}" \
+    --json "$OUT/sweep_$cache.json" >"$OUT/sweep_$cache.txt" 2>&1
   if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
-      PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --sweep \
-        --runs "${SWEEP_RUNS:-20}" --json "$OUT/sweep_flashmla.json" >"$OUT/sweep_flashmla.txt" 2>&1
+      PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --sweep --cache "$cache" \
+        --runs "${SWEEP_RUNS:-20}" --json "$OUT/sweep_flashmla_$cache.json" \
+        >"$OUT/sweep_flashmla_$cache.txt" 2>&1
   fi
-  python3 scripts/gpu/sweep_table.py "$OUT/sweep.json" "$OUT/sweep_flashmla.json"
+  python3 scripts/gpu/sweep_table.py "$OUT/sweep_$cache.json" "$OUT/sweep_flashmla_$cache.json"
 fi
 if has ablate; then
   # Development: the pipeline with parts left out (results are wrong by design; time only).

@@ -19,7 +19,8 @@ def main():
     theirs = {}
     if len(sys.argv) == 3 and os.path.exists(sys.argv[2]):
         theirs = {r["shape"]: r for r in json.load(open(sys.argv[2]))["results"]}
-    print(f"ours: {ours['device']}, {ours['runs']} runs; median µs")
+    cache = ours["results"][0]["cache"] if ours["results"] else "-"
+    print(f"ours: {ours['device']}, {ours['runs']} runs, {cache} caches; median µs")
     print("| shape | ours | kernel | FlashMLA | ours / FlashMLA |")
     print("|---|---:|---|---:|---:|")
     for r in ours["results"]:

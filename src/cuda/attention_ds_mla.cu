@@ -426,16 +426,32 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
 // 140). (A forced prefill kernel keeps clusters, so that the tests reach every cluster size.)
 constexpr int64_t kMinClusterItems = 16;
 
-// Past one wave of CTAs on fp8_ds_mla caches read directly (the prefill kernel, one CTA per item,
-// no walking): the items of the last, partial wave would take a whole row's time on a few SMs.
-// Instead the tokens of the full waves run whole and the last wave's tokens take slices that
-// spread them over every SM: returns how many (1: none), the last wave's whole tokens
-// (tail_tokens) split, so that tail_tokens x groups x slices <= SMs.
+// Split calls of bf16 rows take the decode kernel's single tiles below this many items, the
+// prefill kernel's pairs from it on (bench/README.md#variant-log, runs 142-144: V4-Flash at 8
+// tokens 20.3 -> 18.0 µs, at 1 token 14.2 against 16.5).
+constexpr int64_t kMinBf16PrefillItems = 5;
+
+// Past one wave of CTAs on the 64-row prefill kernels -- fp8_ds_mla rows read directly (one CTA
+// per item) and bf16 rows (CTAs walking items, one per SM) -- the items of the last, partial wave
+// would take a whole row's time on a few SMs (or after a whole item on a few CTAs). Instead the
+// tokens of the full waves run whole and the last wave's tokens take slices that spread them over
+// every SM: returns how many (1: none), the last wave's whole tokens (tail_tokens) split, so that
+// tail_tokens x groups x slices <= SMs. The few-heads kernel (bf16 rows at 1..16 heads) is never
+// split.
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
-                         int64_t pairs, int64_t* tail_tokens) {
+                         int64_t max_keys, int64_t* tail_tokens) {
+  const bool fp8 = fp8_rows(p);
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
-  if (!fp8_rows(p) || rest == 0) return 1;
+  if (rest == 0 || (!fp8 && p.num_heads <= kFewHeads)) return 1;
+  // bf16: a walking CTA starts its next item as the last one ends, so a whole tail costs little
+  // more than one item's time whatever its size, while the partials and the merge grow with it:
+  // slices only for a tail of at most a quarter of the SMs' items, within two waves
+  // (bench/README.md#variant-log, runs 142-144).
+  if (!fp8 && (ctas >= 2 * int64_t{sms.num_sms} || 4 * rest > sms.num_sms)) return 1;
+  // The kernels' slices are whole pairs: of 32-key blocks (fp8_ds_mla), of 64-key blocks (bf16).
+  const int64_t pair_keys = fp8 ? 64 : 128;
+  const int64_t pairs = (max_keys + pair_keys - 1) / pair_keys;
   *tail_tokens = (rest + groups - 1) / groups;
   const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
   // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
@@ -496,7 +512,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (ctas >= num_sms) {
     int64_t tail_tokens = 0;
     const int64_t slices =
-        plan.prefill ? last_wave_slices(p, sms, plan.groups, pairs, &tail_tokens) : 1;
+        plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys, &tail_tokens) : 1;
     const int64_t tail_bytes = slices * tail_tokens * p.num_heads * kPartialRowBytes;
     if (slices > 1 && fits(tail_bytes)) {
       plan.splits = static_cast<int32_t>(slices);
@@ -507,15 +523,16 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   }
   // Fill the SMs once. The prefill kernel's slices are whole pairs of blocks, as few as give the
   // widest row's pairs the same slice size (so that no CTA of a full row idles). It takes every
-  // split of fp8_ds_mla rows, and of bf16 rows where a slice gets two pairs or more; the decode
-  // kernel's single-tile slices take bf16 rows at one or a few tokens (the bf16 kernel's pairs
-  // are of 64-key blocks, so slices of one 32-key pair would leave half its CTAs empty)
-  // (bench/README.md#variant-log, runs 64, 137 and 140).
+  // split of fp8_ds_mla rows, and of bf16 rows from kMinBf16PrefillItems items on, its slices at
+  // least a pair of 64-key blocks (its pairs: slices of one 32-key pair would leave half its CTAs
+  // empty); the decode kernel's single-tile slices take bf16 rows of fewer items
+  // (bench/README.md#variant-log, runs 64, 137, 140 and 142-144).
   const int64_t per_row = num_sms / ctas;
   const bool auto_kernel = p.kernel == AttentionKernel::kAuto;
   const bool fp8 = fp8_rows(p);
   int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
-  const bool prefill = auto_kernel ? fp8 || per >= 2 : plan.prefill;
+  const bool prefill = auto_kernel ? fp8 || per >= 2 || ctas >= kMinBf16PrefillItems : plan.prefill;
+  if (prefill && !fp8) per = std::max<int64_t>(per, 2);
   const bool clusters = prefill && !(auto_kernel && fp8 && ctas < kMinClusterItems);
   int64_t splits = 0;
   if (prefill) {

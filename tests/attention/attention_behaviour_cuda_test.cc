@@ -552,7 +552,8 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   HostCache bf(kBf, 64, 256, 7);
-  IndexRows many(sms, 640, 640), half(sms / 2, 640, 640), few(4, 640, 640), narrow(4, 63, 63);
+  IndexRows many(sms, 640, 640), half(sms / 2, 640, 640), few(4, 640, 640), eight(8, 640, 640),
+      narrow(4, 63, 63);
   std::vector<uint16_t> q = random_q(int64_t{sms} * 64, 8);
   SparseAttentionParams p;
   p.num_heads = 64;
@@ -578,10 +579,11 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
     EXPECT_EQ(kernel_for(many, dtype, kAuto, true), kPre);
     // Small batches of long rows split with a workspace, not without one: over the prefill
     // kernel where its slices get two pairs of blocks or more; where they would get one, bf16
-    // rows over the decode kernel's single tiles, fp8_ds_mla rows still over the prefill kernel
-    // (docs/design.md#splits).
+    // rows of fewer than 5 items over the decode kernel's single tiles, fp8_ds_mla rows and
+    // larger bf16 batches still over the prefill kernel (docs/design.md#splits).
     EXPECT_EQ(kernel_for(half, dtype, kAuto, true), kPre);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, true), dtype == kBf ? kDec : kPre);
+    EXPECT_EQ(kernel_for(eight, dtype, kAuto, true), kPre);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, false), kPre);
     EXPECT_EQ(kernel_for(narrow, dtype, kAuto, true), kPre);  // too few keys to split
     EXPECT_EQ(kernel_for(many, dtype, kDec, false), kDec);

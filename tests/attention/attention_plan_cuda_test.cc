@@ -57,8 +57,9 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
     EXPECT_EQ(d.splits, 1);
     EXPECT_EQ(d.workspace_bytes, 0);
   }
-  // bf16 rows: where a slice would be one pair, the decode kernel's single tiles (4 tokens: 20
-  // slices of 1 tile; 8: 16, for 132 / 8 SMs a token); two pairs or more, the prefill kernel.
+  // bf16 rows: under 5 items, where a slice would be one pair, the decode kernel's single tiles
+  // (4 tokens: 20 slices of 1 tile); from 5 items on the prefill kernel, its slices at least a
+  // pair of 64-key blocks (8 tokens: 5 slices of 128 keys, merged in clusters).
   static const uint8_t bytes[16] = {};
   p.swa_cache = {bytes, 1, 64, 64 * 1024, CacheDtype::kBf16, MemorySpace::kDevice};
   d = plan(4, -1);
@@ -66,8 +67,10 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_EQ(d.splits, 20);
   EXPECT_EQ(d.workspace_bytes, 20 * 4 * 64 * kRow);
   EXPECT_FALSE(d.cluster_merge);  // the decode kernel's slices: the merge kernel
-  EXPECT_FALSE(plan(8, -1).prefill);
-  EXPECT_EQ(plan(8, -1).splits, 16);
+  d = plan(8, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_TRUE(d.cluster_merge);
   d = plan(4, 3 * 4 * 64 * kRow + 100);
   EXPECT_FALSE(d.prefill);
   EXPECT_EQ(d.splits, 3);
@@ -121,8 +124,8 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
 
 // The prefill kernel's slices of a token merge inside a cluster, so a call's clusters must all
 // run at once: on a device whose GPCs hold fewer clusters than num_sms / size (an H100 SXM's
-// counts below), fewer and larger slices. Past one wave of CTAs on fp8_ds_mla rows, the last
-// wave's tokens take slices (docs/design.md#splits).
+// counts below), fewer and larger slices. Past one wave of CTAs (fp8_ds_mla rows, and bf16 rows
+// on the 64-row kernel), the last wave's tokens take slices (docs/design.md#splits).
 TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   constexpr int64_t kRow = 2056;
   detail::SmCapacity h100;
@@ -177,11 +180,32 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   static const uint8_t bytes[16] = {};
   p.swa_cache = {bytes, 1, 64, 64 * 1024, CacheDtype::kBf16, MemorySpace::kDevice};
   p.extra_cache = p.swa_cache;
-  EXPECT_EQ(plan(67, h100, -1).splits, 1);  // bf16 rows: measured only on fp8_ds_mla
+  // bf16 rows: the bf16 kernel's pairs are of 64-key blocks (9 for 1152 keys), so the last token's
+  // 2 items take 9 slices.
+  d = plan(67, h100, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 9);
+  EXPECT_EQ(d.whole_tokens, 66);
+  EXPECT_FALSE(d.cluster_merge);
+  EXPECT_EQ(d.workspace_bytes, 9 * 1 * 128 * kRow);
+  p.num_heads = 64;
+  p.extra_indices.width = 512;
+  d = plan(133, h100, -1);  // 640 keys, 5 pairs of 64-key blocks: the last token in 5 slices
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.whole_tokens, 132);
+  EXPECT_FALSE(d.few_heads);
+  EXPECT_EQ(plan(160, h100, -1).splits, 4);  // 28 items left: 4 slices (of 2, 2, 1, 0 pairs)
+  // bf16 rows run whole where more than a quarter of the SMs' items are left (192 tokens: 60),
+  // and past two waves.
+  EXPECT_EQ(plan(192, h100, -1).splits, 1);
+  EXPECT_EQ(plan(265, h100, -1).splits, 1);
+  p.num_heads = 16;  // the few-heads kernel's calls are never split
+  d = plan(133, h100, -1);
+  EXPECT_EQ(d.splits, 1);
+  EXPECT_TRUE(d.few_heads);
   // V4-Flash (64 heads, 640 keys: 10 pairs): 133 tokens: 132 whole, the last in 10 slices.
   p.swa_cache.dtype = p.extra_cache.dtype = CacheDtype::kFp8DsMla;
   p.num_heads = 64;
-  p.extra_indices.width = 512;
   d = plan(133, h100, -1);
   EXPECT_EQ(d.splits, 10);
   EXPECT_EQ(d.whole_tokens, 132);
