@@ -156,14 +156,18 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   // Past one wave: the tokens of the full waves run whole, the last wave's take slices over every
   // SM. V4-Pro (128 heads, 128 + 1024 keys: 18 pairs), 67 tokens = 134 CTAs: 66 tokens whole, the
   // last one's 2 items in 18 slices of a pair (36 CTAs), merged by the merge kernel.
+  // A last-wave plan: the prefill kernel, `splits` slices of the tokens after `whole`, merged by
+  // the merge kernel, with a workspace of `bytes`.
+  auto expect_last_wave = [](const detail::DsMlaPlan& d, int splits, int whole, int64_t bytes) {
+    EXPECT_TRUE(d.prefill);
+    EXPECT_EQ(d.splits, splits);
+    EXPECT_EQ(d.whole_tokens, whole);
+    EXPECT_FALSE(d.cluster_merge);
+    EXPECT_EQ(d.workspace_bytes, bytes);
+  };
   p.num_heads = 128;
   p.extra_indices.width = 1024;
-  d = plan(67, h100, -1);
-  EXPECT_TRUE(d.prefill);
-  EXPECT_EQ(d.splits, 18);
-  EXPECT_EQ(d.whole_tokens, 66);
-  EXPECT_FALSE(d.cluster_merge);
-  EXPECT_EQ(d.workspace_bytes, 18 * 1 * 128 * kRow);
+  expect_last_wave(plan(67, h100, -1), 18, 66, 18 * 1 * 128 * kRow);
   d = plan(96, h100, -1);  // 192 CTAs: the last 60 items (30 tokens) in 2 slices
   EXPECT_EQ(d.splits, 2);
   EXPECT_EQ(d.whole_tokens, 66);
@@ -182,12 +186,7 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   p.extra_cache = p.swa_cache;
   // bf16 rows: the bf16 kernel's pairs are of 64-key blocks (9 for 1152 keys), so the last token's
   // 2 items take 9 slices.
-  d = plan(67, h100, -1);
-  EXPECT_TRUE(d.prefill);
-  EXPECT_EQ(d.splits, 9);
-  EXPECT_EQ(d.whole_tokens, 66);
-  EXPECT_FALSE(d.cluster_merge);
-  EXPECT_EQ(d.workspace_bytes, 9 * 1 * 128 * kRow);
+  expect_last_wave(plan(67, h100, -1), 9, 66, 9 * 1 * 128 * kRow);
   p.num_heads = 64;
   p.extra_indices.width = 512;
   d = plan(133, h100, -1);  // 640 keys, 5 pairs of 64-key blocks: the last token in 5 slices
