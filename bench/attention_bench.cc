@@ -31,6 +31,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,21 +107,23 @@ constexpr int32_t kSweepPro[] = {1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160,
 constexpr int32_t kSweepTp8[] = {8, 24, 32, 96, 133, 160, 192};  // 8 heads (a TP8 rank of V4-Flash)
 
 std::vector<Scenario> sweep_scenarios() {
+  struct Family {
+    const char* prefix;
+    int32_t heads, extra_width;
+    std::span<const int32_t> batches;
+  };
+  const Family families[] = {{"flash_h64_b", 64, 512, kSweepFlash},
+                             {"pro_h128_b", 128, 1024, kSweepPro},
+                             {"tp8_h8_b", 8, 512, kSweepTp8}};
   static std::vector<std::string> names;  // the Scenario names point into it
   names.clear();
   names.reserve(std::size(kSweepFlash) + std::size(kSweepPro) + std::size(kSweepTp8));
   std::vector<Scenario> out;
-  for (const int32_t b : kSweepFlash) {
-    names.push_back("flash_h64_b" + std::to_string(b));
-    out.push_back({names.back().c_str(), b, 64, 128, 512, 64, 1.0, 1, 0.0});
-  }
-  for (const int32_t b : kSweepPro) {
-    names.push_back("pro_h128_b" + std::to_string(b));
-    out.push_back({names.back().c_str(), b, 128, 128, 1024, 64, 1.0, 1, 0.0});
-  }
-  for (const int32_t b : kSweepTp8) {
-    names.push_back("tp8_h8_b" + std::to_string(b));
-    out.push_back({names.back().c_str(), b, 8, 128, 512, 64, 1.0, 1, 0.0});
+  for (const Family& f : families) {
+    for (const int32_t b : f.batches) {
+      names.push_back(f.prefix + std::to_string(b));
+      out.push_back({names.back().c_str(), b, f.heads, 128, f.extra_width, 64, 1.0, 1, 0.0});
+    }
   }
   return out;
 }

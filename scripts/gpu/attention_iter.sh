@@ -12,6 +12,10 @@ OUT=${OUT:-/tmp/sparse_swa_out}
 mkdir -p "$OUT"
 stages=${*:-smoke tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
+# FlashMLA's wheel (.whl/) into /tmp/site, for PYTHONPATH=/tmp/site.
+install_flashmla() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if has smoke; then
   # A few shapes of each attention kernel under a short limit: a kernel that hangs or fails ends
@@ -62,7 +66,7 @@ if has variants; then
   done
 fi
 if has flashmla; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+  install_flashmla &&
     PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --json "$OUT/flashmla.json" \
       2>&1 | tee "$OUT/flashmla.txt" | tail -20
 fi
@@ -73,7 +77,7 @@ if has sweep; then
   timeout 400 "$B/sparse_swa_attention_bench" --sweep --cache "$cache" --runs "${SWEEP_RUNS:-20}" \
     --json "$OUT/sweep_$cache.json" >"$OUT/sweep_$cache.txt" 2>&1
   if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
+    install_flashmla &&
       PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --sweep --cache "$cache" \
         --runs "${SWEEP_RUNS:-20}" --json "$OUT/sweep_flashmla_$cache.json" \
         >"$OUT/sweep_flashmla_$cache.txt" 2>&1

@@ -44,6 +44,7 @@
 #pragma nv_diag_suppress 177
 #endif
 
+#include "common/swa_formulas.h"
 #include "cuda/attention_ds_mla.cuh"
 #include "cuda/attention_ds_mla_cluster_merge.cuh"
 #include "cuda/attention_ds_mla_layout.cuh"
@@ -450,14 +451,19 @@ int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, 
   // (bench/README.md#variant-log, runs 142-144).
   if (!fp8 && (ctas >= 2 * int64_t{sms.num_sms} || 4 * rest > sms.num_sms)) return 1;
   // The kernels' slices are whole pairs: of 32-key blocks (fp8_ds_mla), of 64-key blocks (bf16).
-  const int64_t pair_keys = fp8 ? 64 : 128;
-  const int64_t pairs = (max_keys + pair_keys - 1) / pair_keys;
-  *tail_tokens = (rest + groups - 1) / groups;
+  const int64_t pairs = formulas::ceil_div(max_keys, fp8 ? 64 : 128);
+  *tail_tokens = formulas::ceil_div(rest, groups);
   const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
   // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
   // + the merge (about a pair): slices pay where that is shorter.
-  const int64_t per = slices > 0 ? (pairs + slices - 1) / slices : pairs;
+  const int64_t per = slices > 0 ? formulas::ceil_div(pairs, slices) : pairs;
   return per + 1 < pairs ? slices : 1;
+}
+
+// Pairs a slice when a row's `pairs` go into at most n slices of one size (as few as that size
+// needs: ceil_div(pairs, the result)).
+int64_t even_slice_pairs(int64_t pairs, int64_t n) {
+  return formulas::ceil_div(pairs, std::min(n, pairs));
 }
 
 DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
@@ -499,9 +505,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   // Development: SPARSE_SWA_ATTENTION_SPLITS=N asks for N prefill-kernel slices (policy A/B).
   static const int asked = env_int("SPARSE_SWA_ATTENTION_SPLITS", 0);
   if (asked > 0 && plan.prefill) {
-    const int64_t per =
-        (pairs + std::min<int64_t>(asked, pairs) - 1) / std::min<int64_t>(asked, pairs);
-    const int64_t n = (pairs + per - 1) / per;
+    const int64_t n = formulas::ceil_div(pairs, even_slice_pairs(pairs, asked));
     if (n > 1 && fits(n * row_bytes)) {
       plan.splits = static_cast<int32_t>(n);
       plan.cluster_merge = n <= kMaxClusterSplits;
@@ -530,18 +534,17 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   const int64_t per_row = num_sms / ctas;
   const bool auto_kernel = p.kernel == AttentionKernel::kAuto;
   const bool fp8 = fp8_rows(p);
-  int64_t per = (pairs + std::min(per_row, pairs) - 1) / std::min(per_row, pairs);
+  int64_t per = even_slice_pairs(pairs, per_row);
   const bool prefill = auto_kernel ? fp8 || per >= 2 || ctas >= kMinBf16PrefillItems : plan.prefill;
   if (prefill && !fp8) per = std::max<int64_t>(per, 2);
   const bool clusters = prefill && !(auto_kernel && fp8 && ctas < kMinClusterItems);
   int64_t splits = 0;
   if (prefill) {
-    splits = (pairs + per - 1) / per;
+    splits = formulas::ceil_div(pairs, per);
     // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a
     // second wave of them doubles the time (bench/README.md#variant-log, run 137).
     while (clusters && splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
-      ++per;
-      splits = (pairs + per - 1) / per;
+      splits = formulas::ceil_div(pairs, ++per);
     }
   } else {
     splits = std::min<int64_t>(per_row, max_tiles / kMinSliceTiles);
