@@ -411,9 +411,10 @@ constexpr int32_t kDecodedPage = 64;
 // Decoding each key once (`slots`: the decoded_slots space) pays where a call reads its keys
 // many times over (the benchmark's prefill shapes, ~80 reads a key: 20-30 % faster,
 // bench/README.md#variant-log, run 125): fp8_ds_mla caches, a prefill-sized call (two waves of CTAs
-// or more: never split) and at least four entries a slot of the slot space, which bounds the
-// pass's work (one decode a slot: a quarter of a decode an entry or less) by a fraction of the
-// attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns it off (development A/B).
+// or more; split only in its last wave's tokens) and at least four entries a slot of the slot
+// space, which bounds the pass's work (one decode a slot: a quarter of a decode an entry or less)
+// by a fraction of the attention's. SPARSE_SWA_ATTENTION_DECODED_KEYS=0 turns it off (development
+// A/B).
 bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t max_keys,
                         int num_sms, int64_t ctas) {
   static const bool enabled = env_int("SPARSE_SWA_ATTENTION_DECODED_KEYS", 1) != 0;
@@ -437,19 +438,19 @@ constexpr int64_t kMinBf16PrefillItems = 5;
 // would take a whole row's time on a few SMs (or after a whole item on a few CTAs). Instead the
 // tokens of the full waves run whole and the last wave's tokens take slices that spread them over
 // every SM: returns how many (1: none), the last wave's whole tokens (tail_tokens) split, so that
-// tail_tokens x groups x slices <= SMs. The few-heads kernel (bf16 rows at 1..16 heads) is never
-// split.
+// tail_tokens x groups x slices <= SMs. bf16_rows: the kernel reads bf16 rows (bf16 caches or
+// decoded keys). The few-heads kernel (bf16 rows at 1..16 heads) is never split.
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
-                         int64_t max_keys, int64_t* tail_tokens) {
-  const bool fp8 = fp8_rows(p);
+                         int64_t max_keys, bool bf16_rows, int64_t* tail_tokens) {
+  const bool fp8 = !bf16_rows;
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
   if (rest == 0 || (!fp8 && p.num_heads <= kFewHeads)) return 1;
   // bf16: a walking CTA starts its next item as the last one ends, so a whole tail costs little
   // more than one item's time whatever its size, while the partials and the merge grow with it:
-  // slices only for a tail of at most a quarter of the SMs' items, within two waves
-  // (bench/README.md#variant-log, runs 142-144).
-  if (!fp8 && (ctas >= 2 * int64_t{sms.num_sms} || 4 * rest > sms.num_sms)) return 1;
+  // slices only for a tail of at most a quarter of the SMs' items (bench/README.md#variant-log,
+  // runs 142-144 and 148).
+  if (!fp8 && 4 * rest > sms.num_sms) return 1;
   // The kernels' slices are whole pairs: of 32-key blocks (fp8_ds_mla), of 64-key blocks (bf16).
   const int64_t pairs = formulas::ceil_div(max_keys, fp8 ? 64 : 128);
   *tail_tokens = formulas::ceil_div(rest, groups);
@@ -458,6 +459,22 @@ int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, 
   // + the merge (about a pair): slices pay where that is shorter.
   const int64_t per = slices > 0 ? formulas::ceil_div(pairs, slices) : pairs;
   return per + 1 < pairs ? slices : 1;
+}
+
+// Adds the last wave's slices to an unsplit prefill plan past one wave, its partials after the
+// plan's own workspace bytes (decoded keys), when the caller's workspace holds both.
+void add_last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t max_keys,
+                          bool bf16_rows, int64_t workspace_bytes, DsMlaPlan& plan) {
+  int64_t tail_tokens = 0;
+  const int64_t slices =
+      plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys, bf16_rows, &tail_tokens) : 1;
+  const int64_t bytes =
+      plan.workspace_bytes + slices * tail_tokens * p.num_heads * kPartialRowBytes;
+  if (slices > 1 && (workspace_bytes < 0 || workspace_bytes >= bytes)) {
+    plan.splits = static_cast<int32_t>(slices);
+    plan.whole_tokens = static_cast<int32_t>(p.num_tokens - tail_tokens);
+    plan.workspace_bytes = bytes;
+  }
 }
 
 // Pairs a slice when a row's `pairs` go into at most n slices of one size (as few as that size
@@ -494,6 +511,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     if (workspace_bytes < 0 || workspace_bytes >= bytes) {
       plan.decoded_keys = true;
       plan.workspace_bytes = bytes;
+      add_last_wave_slices(p, sms, max_keys, true, workspace_bytes, plan);
       return plan;
     }
   }
@@ -514,15 +532,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     return plan;
   }
   if (ctas >= num_sms) {
-    int64_t tail_tokens = 0;
-    const int64_t slices =
-        plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys, &tail_tokens) : 1;
-    const int64_t tail_bytes = slices * tail_tokens * p.num_heads * kPartialRowBytes;
-    if (slices > 1 && fits(tail_bytes)) {
-      plan.splits = static_cast<int32_t>(slices);
-      plan.whole_tokens = static_cast<int32_t>(p.num_tokens - tail_tokens);
-      plan.workspace_bytes = tail_bytes;
-    }
+    add_last_wave_slices(p, sms, max_keys, !fp8_rows(p), workspace_bytes, plan);
     return plan;
   }
   // Fill the SMs once. The prefill kernel's slices are whole pairs of blocks, as few as give the
@@ -641,8 +651,10 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   // The rows that take slices: those of the tokens after the whole ones.
   const int64_t split_rows = p.num_tokens * p.num_heads - first_split_row(a);
   if (plan.splits > 1) {
-    // [splits, split_rows, 512] fp32, then [splits, split_rows] (max, sum); both 16-byte aligned.
-    a.partial_o = static_cast<float*>(p.workspace);
+    // [splits, split_rows, 512] fp32, then [splits, split_rows] (max, sum); both 16-byte aligned,
+    // after the decoded keys' rows where the plan has them.
+    const int64_t keys_bytes = plan.decoded_keys ? decoded_keys_bytes(decoded_slots(p).slots) : 0;
+    a.partial_o = reinterpret_cast<float*>(static_cast<uint8_t*>(p.workspace) + keys_bytes);
     a.partial_ml =
         reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * split_rows * kHeadDim);
   }

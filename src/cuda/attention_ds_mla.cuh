@@ -64,17 +64,17 @@ Status check_forced_ds_mla_kernel(const SparseAttentionParams& p);
 
 // The plan from shapes alone (tokens, heads, row widths, query group size, cache sizes, the
 // device's SMs and cluster capacity), never from device data: query groups (prefill kernel) when
-// they fill the SMs and the workspace holds their unions; else decoded keys for prefill-sized
-// calls on fp8_ds_mla caches that name each slot several times, when the workspace holds them;
-// else slices of the key lists (docs/design.md#splits): when tokens x head groups leave SMs idle,
-// slices that fill them once -- the decode kernel's single tiles for bf16 rows of a few items
-// whose slices would hold less than one of the bf16 kernel's pairs, else the prefill kernel's
-// whole pairs, fewer and larger where their clusters would not all run at once --, and past one
-// wave of CTAs on the 64-row prefill kernels (fp8_ds_mla rows read directly; bf16 rows with a
-// small tail within two waves), slices of the last wave's tokens that spread them over every SM;
-// never more than the caller's workspace holds (`workspace_bytes` < 0: as many as wanted, for
-// sizing). params.kernel can force either kernel; unsplit prefill plans on bf16 rows at 1..16
-// heads take the few-heads kernel.
+// they fill the SMs and the workspace holds their unions; else decoded keys for prefill-sized calls
+// on fp8_ds_mla caches that name each slot several times, when the workspace holds them (and, as on
+// bf16 rows, slices of a small last wave); else slices of the key lists (docs/design.md#splits):
+// when tokens x head groups leave SMs idle, slices that fill them once -- the decode kernel's
+// single tiles for bf16 rows of a few items whose slices would hold less than one of the bf16
+// kernel's pairs, else the prefill kernel's whole pairs, fewer and larger where their clusters
+// would not all run at once --, and past one wave of CTAs on the 64-row prefill kernels (fp8_ds_mla
+// rows read directly; bf16 rows with a small tail), slices of the last wave's tokens that spread
+// them over every SM; never more than the caller's workspace holds (`workspace_bytes` < 0: as many
+// as wanted, for sizing). params.kernel can force either kernel; unsplit prefill plans on bf16 rows
+// at 1..16 heads take the few-heads kernel.
 DsMlaPlan plan_ds_mla_attention(const SparseAttentionParams& p, const SmCapacity& sms,
                                 int64_t workspace_bytes);
 // The same for a device of `num_sms` SMs with SmCapacity::ideal clusters.

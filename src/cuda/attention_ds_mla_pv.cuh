@@ -177,7 +177,7 @@ __device__ __forceinline__ int rows_stage_off(int g) {
   }
 }
 
-// The wgmma variant's rows of an unsplit group of more than 32 heads, finished (bf16, scaled), by
+// The wgmma variant's finished rows of a group of more than 32 heads (bf16, scaled), by
 // way of shared memory: the accumulator fragments go into sw128 column blocks (rows_stage_off:
 // over Q's bytes, free once every QK step is done, or the layout's own places), then each
 // warpgroup's blocks go out by the tensor map (one token's 64 heads x 64 dims a box; heads past H
@@ -248,12 +248,12 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
 }
 
 // The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8),
-// finished or partial; tid256 = the thread's index among the 256 threads of the two warpgroups
-// that hold a group's O.
+// finished (unsplit calls, and the whole tokens of a last-wave split) or partial; tid256 = the
+// thread's index among the 256 threads of the two warpgroups that hold a group's O.
 template <class L>
 __device__ __forceinline__ void write_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
-  if (a.splits == 1 && c.heads > 32) {
+  if ((a.splits == 1 || c.t < a.whole_tokens) && c.heads > 32) {
     store_rows(a, c, o, g, row, lane, tid256);
   } else {
     // Partials and small groups: straight from the fragments (the shared-memory pass measured

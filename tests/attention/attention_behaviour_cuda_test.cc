@@ -436,7 +436,8 @@ TEST(AttentionCuda, DecodedKeysMatchTheReferenceAndCountBadEntries) {
   // the workspace its keys are decoded once (docs/design.md#decoded-keys), without it the kernel
   // reads the caches. Pages of 2 and 64 slots, a row stride past the width, lens 0 / full /
   // random, -1 holes, sinks, and planted entries past the caches and below -1 (masked, counted
-  // once). 64 heads take the 64-row bf16 kernel, 9 the few-heads one (docs/design.md#few-heads).
+  // once). 64 heads take the 64-row bf16 kernel (the last wave's tokens in slices), 9 the
+  // few-heads one (docs/design.md#few-heads).
   for (const int32_t H : {64, 9}) {
     SCOPED_TRACE("heads " + std::to_string(H));
     check_decoded_keys(H);
@@ -491,7 +492,14 @@ void check_decoded_keys(int32_t H) {
       GTEST_SKIP() << "no sm_90a code for this device";
     }
     const int64_t bytes = dev.params().workspace == nullptr ? 0 : dev.params().workspace_bytes;
-    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sms, bytes).decoded_keys, room);
+    const detail::DsMlaPlan plan = detail::plan_ds_mla_attention(dev.params(), sms, bytes);
+    EXPECT_EQ(plan.decoded_keys, room);
+    if (room && H == 64) {
+      // Two waves and 7 tokens: the last 7 in slices of one pair of 64-key blocks (328 keys: 3),
+      // their partials after the decoded rows.
+      EXPECT_EQ(plan.splits, 3);
+      EXPECT_EQ(plan.whole_tokens, 2 * sms);
+    }
     SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dev.bad_count(), planted);

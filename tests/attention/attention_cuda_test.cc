@@ -210,11 +210,13 @@ std::vector<Shape> split_shapes(AttentionKernel kernel) {
 // in 14 slices; 67 x 65 heads (two head groups, the second of one head) over 512 keys run 66
 // whole and the last token's two items in 8 slices. On bf16 rows (the bf16 kernel's CTAs walk
 // items; its pairs are of 64-key blocks): 133 x 20 heads over 640 keys, the last token in 5
-// slices; 67 x 65 over 512 keys, the last token's two items in 4.
+// slices, and 265 x 20 (past two waves) the same; 67 x 65 over 512 keys, the last token's two
+// items in 4.
 std::vector<Shape> last_wave_shapes(AttentionKernel kernel) {
   return with_kernel({Shape{3, 128, 768, 64, 2, 134, kDs, kDs, false, true},
                       Shape{65, 128, 384, 64, 2, 67, kDs, kDs, true, true},
                       Shape{20, 128, 512, 64, 64, 133, kBf, kBf, true, true},
+                      Shape{20, 128, 512, 64, 2, 265, kBf, kBf, false, true},
                       Shape{65, 128, 384, 2, 64, 67, kBf, kBf, false, true}},
                      kernel);
 }

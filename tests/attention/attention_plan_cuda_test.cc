@@ -194,11 +194,14 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   EXPECT_EQ(d.whole_tokens, 132);
   EXPECT_FALSE(d.few_heads);
   EXPECT_EQ(plan(160, h100, -1).splits, 4);  // 28 items left: 4 slices (of 2, 2, 1, 0 pairs)
-  // bf16 rows run whole where more than a quarter of the SMs' items are left (192 tokens: 60),
-  // and past two waves.
+  // bf16 rows run whole where more than a quarter of the SMs' items are left (192 tokens: 60);
+  // past two waves a small tail takes slices too (265 tokens: the last one; 4096: the last 4).
   EXPECT_EQ(plan(192, h100, -1).splits, 1);
-  EXPECT_EQ(plan(265, h100, -1).splits, 1);
-  p.num_heads = 16;  // the few-heads kernel's calls are never split
+  expect_last_wave(plan(265, h100, -1), 5, 264, 5 * 1 * 64 * kRow);
+  expect_last_wave(plan(4096, h100, -1), 5, 4092, 5 * 4 * 64 * kRow);
+  EXPECT_EQ(plan(512, h100, -1).splits, 1);  // 116 items left
+  // The few-heads kernel's calls are never split.
+  p.num_heads = 16;
   d = plan(133, h100, -1);
   EXPECT_EQ(d.splits, 1);
   EXPECT_TRUE(d.few_heads);
@@ -235,12 +238,18 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
     return detail::plan_ds_mla_attention(p, kSms, workspace);
   };
   const int64_t one_cache = 32768 * int64_t{1024};
-  detail::DsMlaPlan d = plan(4096, -1);  // 2.6 M entries over 32768 slots
+  // 2.6 M entries over 32768 slots. 4096 = 31 x 132 + 4 tokens: the decoded rows, then the
+  // partials of the last wave's 4 tokens in 5 slices each (640 keys: 5 pairs of 64-key blocks).
+  detail::DsMlaPlan d = plan(4096, -1);
   EXPECT_TRUE(d.decoded_keys);
   EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 5);
+  EXPECT_EQ(d.whole_tokens, 4092);
+  EXPECT_EQ(d.workspace_bytes, one_cache + 5 * 4 * 64 * int64_t{2056});
+  d = plan(4096, one_cache);  // room for the rows only: unsplit
+  EXPECT_TRUE(d.decoded_keys);
   EXPECT_EQ(d.splits, 1);
   EXPECT_EQ(d.workspace_bytes, one_cache);
-  EXPECT_TRUE(plan(4096, one_cache).decoded_keys);
   d = plan(4096, one_cache - 1);  // no room: the caches read directly
   EXPECT_FALSE(d.decoded_keys);
   EXPECT_TRUE(d.prefill);
@@ -251,7 +260,7 @@ TEST(AttentionPlan, DecodesKeysOnceForPrefillBatchesThatShareThem) {
   EXPECT_EQ(plan(4096, 0).workspace_bytes, 0);  // none at all: unsplit
   // Two caches: two slot spaces.
   p.extra_cache.data = extra_bytes;
-  EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 * int64_t{1024});
+  EXPECT_EQ(plan(4096, -1).workspace_bytes, 65536 * int64_t{1024} + 5 * 4 * 64 * int64_t{2056});
   // Fewer than 4 entries a slot (300 x 640 < 4 x 65536), or fewer than two waves of CTAs
   // (263 tokens x one head group against 132 SMs): read directly.
   EXPECT_FALSE(plan(300, -1).decoded_keys);
