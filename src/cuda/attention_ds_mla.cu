@@ -390,6 +390,11 @@ bool query_groups_apply(const SparseAttentionParams& p, int64_t max_keys, int nu
          slots < (int64_t{1} << 31);
 }
 
+// Whether a caller's workspace of workspace_bytes (< 0: any size, for sizing) holds `bytes`.
+bool workspace_fits(int64_t workspace_bytes, int64_t bytes) {
+  return workspace_bytes < 0 || workspace_bytes >= bytes;
+}
+
 // Decoded keys (docs/design.md#decoded-keys): the slot space of the two caches (one cache's
 // when both segments view the same one) and where the extra cache's slots start in it.
 struct DecodedSlots {
@@ -442,17 +447,16 @@ constexpr int64_t kMinBf16PrefillItems = 5;
 // decoded keys). The few-heads kernel (bf16 rows at 1..16 heads) is never split.
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
                          int64_t max_keys, bool bf16_rows, int64_t* tail_tokens) {
-  const bool fp8 = !bf16_rows;
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
-  if (rest == 0 || (!fp8 && p.num_heads <= kFewHeads)) return 1;
+  if (rest == 0 || (bf16_rows && p.num_heads <= kFewHeads)) return 1;
   // bf16: a walking CTA starts its next item as the last one ends, so a whole tail costs little
   // more than one item's time whatever its size, while the partials and the merge grow with it:
   // slices only for a tail of at most a quarter of the SMs' items (bench/README.md#variant-log,
   // runs 142-144 and 148).
-  if (!fp8 && 4 * rest > sms.num_sms) return 1;
+  if (bf16_rows && 4 * rest > sms.num_sms) return 1;
   // The kernels' slices are whole pairs: of 32-key blocks (fp8_ds_mla), of 64-key blocks (bf16).
-  const int64_t pairs = formulas::ceil_div(max_keys, fp8 ? 64 : 128);
+  const int64_t pairs = formulas::ceil_div(max_keys, bf16_rows ? 128 : 64);
   *tail_tokens = formulas::ceil_div(rest, groups);
   const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
   // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
@@ -470,9 +474,10 @@ void add_last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms,
       plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys, bf16_rows, &tail_tokens) : 1;
   const int64_t bytes =
       plan.workspace_bytes + slices * tail_tokens * p.num_heads * kPartialRowBytes;
-  if (slices > 1 && (workspace_bytes < 0 || workspace_bytes >= bytes)) {
+  if (slices > 1 && workspace_fits(workspace_bytes, bytes)) {
     plan.splits = static_cast<int32_t>(slices);
     plan.whole_tokens = static_cast<int32_t>(p.num_tokens - tail_tokens);
+    plan.partials_offset = plan.workspace_bytes;
     plan.workspace_bytes = bytes;
   }
 }
@@ -498,7 +503,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (query_groups_apply(p, max_keys, num_sms)) {
     const int64_t g = p.query_group_size;
     const int64_t bytes = group_workspace_bytes((p.num_tokens + g - 1) / g, g * max_keys);
-    if (workspace_bytes < 0 || workspace_bytes >= bytes) {
+    if (workspace_fits(workspace_bytes, bytes)) {
       plan.query_group = static_cast<int32_t>(g);
       plan.group_cap = g * max_keys;
       plan.workspace_bytes = bytes;
@@ -508,7 +513,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (const int64_t slots = decoded_slots(p).slots;
       decoded_keys_apply(p, slots, max_keys, num_sms, ctas)) {
     const int64_t bytes = decoded_keys_bytes(slots);
-    if (workspace_bytes < 0 || workspace_bytes >= bytes) {
+    if (workspace_fits(workspace_bytes, bytes)) {
       plan.decoded_keys = true;
       plan.workspace_bytes = bytes;
       add_last_wave_slices(p, sms, max_keys, true, workspace_bytes, plan);
@@ -519,12 +524,11 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   if (ctas == 0 || max_tiles < kMinTilesToSplit) return plan;
   const int64_t pairs = (max_tiles + 1) / 2;  // of 32-key blocks, the fp8_ds_mla kernel's
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
-  const auto fits = [&](int64_t bytes) { return workspace_bytes < 0 || workspace_bytes >= bytes; };
   // Development: SPARSE_SWA_ATTENTION_SPLITS=N asks for N prefill-kernel slices (policy A/B).
   static const int asked = env_int("SPARSE_SWA_ATTENTION_SPLITS", 0);
   if (asked > 0 && plan.prefill) {
     const int64_t n = formulas::ceil_div(pairs, even_slice_pairs(pairs, asked));
-    if (n > 1 && fits(n * row_bytes)) {
+    if (n > 1 && workspace_fits(workspace_bytes, n * row_bytes)) {
       plan.splits = static_cast<int32_t>(n);
       plan.cluster_merge = n <= kMaxClusterSplits;
       plan.workspace_bytes = n * row_bytes;
@@ -653,8 +657,8 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   if (plan.splits > 1) {
     // [splits, split_rows, 512] fp32, then [splits, split_rows] (max, sum); both 16-byte aligned,
     // after the decoded keys' rows where the plan has them.
-    const int64_t keys_bytes = plan.decoded_keys ? decoded_keys_bytes(decoded_slots(p).slots) : 0;
-    a.partial_o = reinterpret_cast<float*>(static_cast<uint8_t*>(p.workspace) + keys_bytes);
+    a.partial_o =
+        reinterpret_cast<float*>(static_cast<uint8_t*>(p.workspace) + plan.partials_offset);
     a.partial_ml =
         reinterpret_cast<float2*>(a.partial_o + int64_t{plan.splits} * split_rows * kHeadDim);
   }

@@ -37,6 +37,9 @@ struct DsMlaPlan {
   // prefill plan on bf16 rows (bf16 caches or decoded keys) at 1..16 heads.
   bool few_heads = false;
   int64_t workspace_bytes = 0;
+  // With splits > 1 and not cluster-merged: where the slices' partials start in the workspace
+  // (after the decoded keys' rows, where the plan has them).
+  int64_t partials_offset = 0;
 };
 
 // How many CTAs of a kernel that fills an SM (the prefill kernels: one CTA an SM) run at once,

@@ -182,6 +182,11 @@ struct Args {
 __host__ __device__ inline int64_t launch_items(const Args& a) {
   return (a.key_rows * a.splits - int64_t{a.whole_tokens} * (a.splits - 1)) * a.groups;
 }
+// Whether token t's rows are finished in the kernel (an unsplit call, or a whole token of a
+// last-wave split), not partials for the merge.
+__host__ __device__ inline bool finished_token(const Args& a, int64_t t) {
+  return a.splits == 1 || t < a.whole_tokens;
+}
 // The first (token x heads + head) row that takes slices; the rows before it are finished whole.
 __host__ __device__ inline int64_t first_split_row(const Args& a) {
   return int64_t{a.whole_tokens} * a.num_heads;

@@ -71,7 +71,7 @@ __device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int
   c.tile0 = 0;
   if constexpr (kSplit) {
     const int32_t pairs = static_cast<int32_t>((c.total + 2 * block_keys - 1) / (2 * block_keys));
-    const int32_t splits = c.t < a.whole_tokens ? 1 : a.splits;
+    const int32_t splits = finished_token(a, c.t) ? 1 : a.splits;
     const int32_t per_split = (pairs + splits - 1) / splits;
     const int32_t first = min(c.split * per_split, pairs), last = min(first + per_split, pairs);
     c.tile0 = 2 * first;

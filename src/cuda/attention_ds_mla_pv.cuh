@@ -27,7 +27,7 @@ __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r,
   const int head = c.head(a, r);
   const int64_t row = L::kQueryGroups ? c.row(a, r) : c.t * a.num_heads + head;
   RowOut o;
-  if (a.splits == 1 || c.t < a.whole_tokens) {
+  if (finished_token(a, c.t)) {
     const RowFinish f = finish_row(m, l, a.sinks != nullptr ? a.sinks + head : nullptr);
     o.factor = f.factor;
     o.y = a.out + row * kHeadDim;
@@ -253,7 +253,7 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
 template <class L>
 __device__ __forceinline__ void write_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
                                            int g, int row, int lane, int tid256) {
-  if ((a.splits == 1 || c.t < a.whole_tokens) && c.heads > 32) {
+  if (finished_token(a, c.t) && c.heads > 32) {
     store_rows(a, c, o, g, row, lane, tid256);
   } else {
     // Partials and small groups: straight from the fragments (the shared-memory pass measured
