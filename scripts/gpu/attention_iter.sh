@@ -135,7 +135,7 @@ if has sanitize; then
     filter+=':DecodeKernelShapes/*H1_*:DecodeKernelShapes/*H8_*:DecodeKernelShapes/*H3_*'
     filter+=':GroupShapes/*:SplitPrefillKernelShapes/*:SplitBf16PrefillKernelShapes/*'
     filter+=':PrefillKernelShapes/*H100_*:PrefillKernelShapes/*H128_*:WalkingShapes/*'
-    filter+=':FewHeadsShapes/*'
+    filter+=':FewHeadsShapes/*:LastWaveShapes/*:LastWavePrefillKernelShapes/*'
     [[ $tool == racecheck ]] &&
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:GroupShapes/*H3_*:GroupShapes/*H1_*'\

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 
 #include "cuda/attention_ds_mla.cuh"
@@ -12,6 +13,13 @@
 
 namespace sparse_swa {
 namespace {
+
+// SPARSE_SWA_ATTENTION_FEW_HEADS=0 (a development switch the GPU suite runs under) keeps few-heads
+// calls on the 64-row kernel; the plan tests expect what the switch asks for.
+bool few_heads_switched_on() {
+  const char* v = std::getenv("SPARSE_SWA_ATTENTION_FEW_HEADS");
+  return v == nullptr || std::atoi(v) != 0;
+}
 
 // The plan of the tensor-core kernels is host arithmetic on shapes: checked here without a device
 // (docs/design.md#attention-kernels). A partial row is 512 fp32 + (max, sum) = 2056 bytes.
@@ -204,7 +212,7 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   p.num_heads = 16;
   d = plan(133, h100, -1);
   EXPECT_EQ(d.splits, 1);
-  EXPECT_TRUE(d.few_heads);
+  EXPECT_EQ(d.few_heads, few_heads_switched_on());
   // V4-Flash (64 heads, 640 keys: 10 pairs): 133 tokens: 132 whole, the last in 10 slices.
   p.swa_cache.dtype = p.extra_cache.dtype = CacheDtype::kFp8DsMla;
   p.num_heads = 64;
