@@ -71,9 +71,10 @@ struct SparseAttentionParams {
   int32_t* bad_index_count = nullptr;
 
   // CUDA only, optional device scratch, 16-byte aligned: lets the kernel split each token's keys
-  // over several CTAs when tokens x heads alone would leave SMs idle (small batches), and decode
-  // each key of fp8_ds_mla caches once for prefill batches whose tokens share their keys
-  // (docs/design.md#decoded-keys: a bf16 copy of the caches, 1 KB a slot). Size it with
+  // over several CTAs when tokens x heads alone would leave SMs idle (small batches, and the last
+  // few tokens of a larger one: docs/design.md#splits), and decode each key of fp8_ds_mla caches
+  // once for prefill batches whose tokens share their keys (docs/design.md#decoded-keys: a bf16
+  // copy of the caches, 1 KB a slot, then that call's split partials). Size it with
   // sparse_attention_workspace_bytes(); none, or too small, only means fewer splits or keys
   // decoded per use. Reused by every call on the same stream (calls on different streams need
   // their own).
