@@ -465,13 +465,20 @@ int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, 
   return per + 1 < pairs ? slices : 1;
 }
 
+// Whether the kernels of a plan read bf16 rows: bf16 caches, or fp8_ds_mla keys decoded into the
+// workspace (docs/design.md#decoded-keys).
+bool reads_bf16_rows(const SparseAttentionParams& p, const DsMlaPlan& plan) {
+  return p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
+}
+
 // Adds the last wave's slices to an unsplit prefill plan past one wave, its partials after the
 // plan's own workspace bytes (decoded keys), when the caller's workspace holds both.
 void add_last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t max_keys,
-                          bool bf16_rows, int64_t workspace_bytes, DsMlaPlan& plan) {
+                          int64_t workspace_bytes, DsMlaPlan& plan) {
   int64_t tail_tokens = 0;
-  const int64_t slices =
-      plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys, bf16_rows, &tail_tokens) : 1;
+  const int64_t slices = plan.prefill ? last_wave_slices(p, sms, plan.groups, max_keys,
+                                                         reads_bf16_rows(p, plan), &tail_tokens)
+                                      : 1;
   const int64_t bytes =
       plan.workspace_bytes + slices * tail_tokens * p.num_heads * kPartialRowBytes;
   if (slices > 1 && workspace_fits(workspace_bytes, bytes)) {
@@ -516,7 +523,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     if (workspace_fits(workspace_bytes, bytes)) {
       plan.decoded_keys = true;
       plan.workspace_bytes = bytes;
-      add_last_wave_slices(p, sms, max_keys, true, workspace_bytes, plan);
+      add_last_wave_slices(p, sms, max_keys, workspace_bytes, plan);
       return plan;
     }
   }
@@ -536,7 +543,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
     return plan;
   }
   if (ctas >= num_sms) {
-    add_last_wave_slices(p, sms, max_keys, !fp8_rows(p), workspace_bytes, plan);
+    add_last_wave_slices(p, sms, max_keys, workspace_bytes, plan);
     return plan;
   }
   // Fill the SMs once. The prefill kernel's slices are whole pairs of blocks, as few as give the
@@ -570,12 +577,6 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   plan.cluster_merge = clusters && splits <= kMaxClusterSplits;
   plan.workspace_bytes = splits * row_bytes;
   return plan;
-}
-
-// Whether the kernels of a plan read bf16 rows: bf16 caches, or fp8_ds_mla keys decoded into the
-// workspace (docs/design.md#decoded-keys).
-bool reads_bf16_rows(const SparseAttentionParams& p, const DsMlaPlan& plan) {
-  return p.swa_cache.dtype == CacheDtype::kBf16 || plan.decoded_keys;
 }
 
 // Few heads (docs/design.md#few-heads): an unsplit prefill plan with a key list per token on bf16
