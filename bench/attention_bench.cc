@@ -16,8 +16,9 @@
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
 //                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
-//                              [--sweep] [--cache fp8_ds_mla|bf16]
-// --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs).
+//                              [--sweep] [--cache fp8_ds_mla|bf16] [--list]
+// --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs). --list prints the
+// shapes (bench/attention_shapes.json, compiled in) and exits.
 // Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
 // --no-query-groups.
 #include <cuda_runtime.h>
@@ -28,7 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <span>
@@ -40,6 +41,8 @@
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
 
+extern const char kAttentionShapesJson[];  // bench/attention_shapes.json
+
 namespace {
 
 using namespace sparse_swa;
@@ -48,81 +51,52 @@ constexpr double kReadBandwidth = 4.4e12;  // bytes/s, the H200's measured copy 
 constexpr double kPeakFlops = 790e12;      // bf16 FLOP/s of a large GEMM on the H200
 
 struct Scenario {
-  const char* name;
-  int32_t tokens, heads;
-  int32_t swa_width, extra_width;  // row widths; lens are full unless extra_fill < 1
-  int32_t extra_block;             // page size of the extra cache (0: no extra segment)
-  double extra_fill;               // fraction of the extra row that is valid
-  int32_t group;                   // consecutive tokens of one request (MTP: 2)
-  double flashmla_us;              // its figure on the same machine (0: none)
+  std::string name;
+  int32_t tokens = 0, heads = 0;
+  int32_t swa_width = 0, extra_width = 0;  // row widths; lens are full unless extra_fill < 1
+  int32_t extra_block = 64;                // page size of the extra cache (0: no extra segment)
+  double extra_fill = 1.0;                 // fraction of the extra row that is valid
+  int32_t group = 1;                       // consecutive tokens of one request (MTP: 2)
+  double flashmla_us = 0.0;                // its figure on the H200, same method (0: none)
   // Prefill shapes: every token draws swa_width + extra_width distinct slots of one shared pool
   // of `pool` slots (64-slot pages), both segments in that cache. 0: decode slots as above.
   int32_t pool = 0;
   CacheDtype dtype = CacheDtype::kFp8DsMla;
 };
 
-// The shapes of sparse_mla_performance.md and their FlashMLA figures (same machine, same method).
-const Scenario kScenarios[] = {
-    {"flash_h64_b1", 1, 64, 128, 512, 64, 1.0, 1, 14.0},
-    {"flash_h64_b16", 16, 64, 128, 512, 64, 1.0, 1, 18.7},
-    {"flash_h64_b64", 64, 64, 128, 512, 64, 1.0, 1, 45.7},
-    {"flash_h64_b128", 128, 64, 128, 512, 64, 1.0, 1, 50.0},
-    {"flash_h64_b256", 256, 64, 128, 512, 64, 1.0, 1, 93.1},
-    {"pro_h128_b64", 64, 128, 128, 1024, 64, 1.0, 1, 56.3},
-    {"pro_h128_b128", 128, 128, 128, 1024, 64, 1.0, 1, 106.2},
-    {"swa_only_h64_b64", 64, 64, 128, 0, 0, 1.0, 1, 14.3},
-    {"tp8_h8_b64", 64, 8, 128, 512, 64, 1.0, 1, 45.7},
-    {"tp8_h8_b256", 256, 8, 128, 512, 64, 1.0, 1, 93.1},
-    {"tp4_h16_b64", 64, 16, 128, 512, 64, 1.0, 1, 45.7},
-    {"tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1, 45.7},
-    {"c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1, 0.0},
-    {"mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2, 49.2},
-    // MTP / DSpark steps at 8-32 heads (reference column: the 64-head figure where measured,
-    // bench/README.md#attention), the call given query_group_size = the group
-    // (docs/design.md#query-groups).
-    {"mtp2_h8_64req", 128, 8, 128, 512, 64, 1.0, 2, 49.2},
-    {"mtp2_h8_256req", 512, 8, 128, 512, 64, 1.0, 2, 0.0},
-    {"mtp2_h16_256req", 512, 16, 128, 512, 64, 1.0, 2, 0.0},
-    {"mtp2_h32_256req", 512, 32, 128, 512, 64, 1.0, 2, 0.0},
-    {"mtp4_h16_256req", 1024, 16, 128, 512, 64, 1.0, 4, 0.0},
-    // Prefill (bench/flashmla_bench.py times FlashMLA's on a bf16 copy of the keys).
-    {"prefill_h64_t4096_bf16", 4096, 64, 128, 512, 64, 1.0, 1, 644, 32768, CacheDtype::kBf16},
-    {"prefill_h64_t4096_fp8", 4096, 64, 128, 512, 64, 1.0, 1, 0, 32768},
-    {"prefill_h128_t4096_bf16", 4096, 128, 128, 1024, 64, 1.0, 1, 2037, 32768, CacheDtype::kBf16},
-    {"prefill_h128_t4096_fp8", 4096, 128, 128, 1024, 64, 1.0, 1, 0, 32768},
-    {"prefill_h64_t512_bf16", 512, 64, 128, 512, 64, 1.0, 1, 89, 8192, CacheDtype::kBf16},
-    {"prefill_h16_t4096_bf16", 4096, 16, 128, 512, 64, 1.0, 1, 0, 32768, CacheDtype::kBf16},
-    {"prefill_h8_t4096_bf16", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768, CacheDtype::kBf16},
-    {"prefill_h16_t4096_fp8", 4096, 16, 128, 512, 64, 1.0, 1, 0, 32768},
-    {"prefill_h8_t4096_fp8", 4096, 8, 128, 512, 64, 1.0, 1, 0, 32768},
-};
+// The shapes, from bench/attention_shapes.json (compiled in as kAttentionShapesJson; the FlashMLA
+// benchmark reads the same file). The JSON is the build's own, so a malformed entry throws here.
+Scenario scenario_from(const nlohmann::json& j) {
+  Scenario s;
+  s.name = j.at("name").get<std::string>();
+  s.tokens = j.at("tokens").get<int32_t>();
+  s.heads = j.at("heads").get<int32_t>();
+  s.swa_width = j.at("swa_width").get<int32_t>();
+  s.extra_width = j.at("extra_width").get<int32_t>();
+  s.extra_block = j.value("extra_page", 64);
+  s.extra_fill = j.value("extra_fill", 1.0);
+  s.group = j.value("group", 1);
+  s.flashmla_us = j.value("flashmla_h200_us", 0.0);
+  s.pool = j.value("pool", 0);
+  s.dtype = parse_cache_dtype(j.value("cache", std::string("fp8_ds_mla"))).value();
+  return s;
+}
 
-// --sweep: V4-Flash (64 h, 128 + 512), V4-Pro (128 h, 128 + 1024) and a TP8 rank of V4-Flash (8 h)
-// decode over batch sizes between and around the fixed shapes' (a wave of SMs is 132 CTAs on an
-// H100 or H200), so that a cliff in the kernel choice or the split shows up.
-// bench/flashmla_bench.py --sweep times the same.
-constexpr int32_t kSweepFlash[] = {1,   2,   4,   8,   16,  24,  32,  48,  64,  80,  96,
-                                   112, 128, 132, 133, 144, 160, 192, 224, 256, 320, 512};
-constexpr int32_t kSweepPro[] = {1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256};
-constexpr int32_t kSweepTp8[] = {8, 24, 32, 96, 133, 160, 192};  // 8 heads (a TP8 rank of V4-Flash)
-
-std::vector<Scenario> sweep_scenarios() {
-  struct Family {
-    const char* prefix;
-    int32_t heads, extra_width;
-    std::span<const int32_t> batches;
-  };
-  const Family families[] = {{"flash_h64_b", 64, 512, kSweepFlash},
-                             {"pro_h128_b", 128, 1024, kSweepPro},
-                             {"tp8_h8_b", 8, 512, kSweepTp8}};
-  static std::vector<std::string> names;  // the Scenario names point into it
-  names.clear();
-  names.reserve(std::size(kSweepFlash) + std::size(kSweepPro) + std::size(kSweepTp8));
+// The fixed shapes, or with `sweep` the decode families over their batch sizes (a name is the
+// family's prefix and the batch size).
+std::vector<Scenario> load_scenarios(bool sweep) {
+  const nlohmann::json all = nlohmann::json::parse(kAttentionShapesJson);
   std::vector<Scenario> out;
-  for (const Family& f : families) {
-    for (const int32_t b : f.batches) {
-      names.push_back(f.prefix + std::to_string(b));
-      out.push_back({names.back().c_str(), b, f.heads, 128, f.extra_width, 64, 1.0, 1, 0.0});
+  if (!sweep) {
+    for (const nlohmann::json& j : all.at("shapes")) out.push_back(scenario_from(j));
+    return out;
+  }
+  for (const nlohmann::json& family : all.at("sweep")) {
+    for (const int32_t b : family.at("batches")) {
+      nlohmann::json j = family;
+      j["name"] = family.at("prefix").get<std::string>() + std::to_string(b);
+      j["tokens"] = b;
+      out.push_back(scenario_from(j));
     }
   }
   return out;
@@ -353,7 +327,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   const bool bf16_p = r.kernel == AttentionKernel::kPrefill;
   Status st = sparse_attention(dp);
   if (!st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", s.name, st.to_string().c_str());
+    std::fprintf(stderr, "%s: %s\n", s.name.c_str(), st.to_string().c_str());
     std::exit(1);
   }
   CUDA_OK(cudaDeviceSynchronize());
@@ -423,7 +397,7 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   st = sparse_attention(dp, stream);
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   if (!st.ok()) {
-    std::fprintf(stderr, "%s: capture: %s\n", s.name, st.to_string().c_str());
+    std::fprintf(stderr, "%s: capture: %s\n", s.name.c_str(), st.to_string().c_str());
     std::exit(1);
   }
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -502,6 +476,7 @@ int main(int argc, char** argv) {
   int runs = 30;
   bool allow_split = true;
   bool sweep = false;           // the batch-size sweep instead of the fixed shapes
+  bool list = false;            // print the shapes and exit (no GPU needed)
   const char* cache = nullptr;  // the decode shapes' cache dtype (default: fp8_ds_mla)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
@@ -516,6 +491,8 @@ int main(int argc, char** argv) {
       allow_split = false;
     } else if (!std::strcmp(argv[i], "--sweep")) {
       sweep = true;
+    } else if (!std::strcmp(argv[i], "--list")) {
+      list = true;
     } else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
       cache = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-query-groups")) {
@@ -531,7 +508,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
                    "[--filter SUBSTRING] [--no-split] [--no-query-groups] "
-                   "[--kernel auto|decode|prefill] [--sweep] [--cache fp8_ds_mla|bf16]\n");
+                   "[--kernel auto|decode|prefill] [--sweep] [--cache fp8_ds_mla|bf16] [--list]\n");
       return 2;
     }
   }
@@ -543,6 +520,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     decode_dtype = d.value();
+  }
+  std::vector<Scenario> scenarios = load_scenarios(sweep);
+  if (list) {
+    for (const Scenario& s : scenarios) {
+      std::printf("%-23s tokens %5d heads %3d keys %4d + %4d %s\n", s.name.c_str(), s.tokens,
+                  s.heads, s.swa_width, s.extra_width, cache_dtype_name(s.dtype));
+    }
+    return 0;
   }
   if (!cuda_backend_available()) {
     std::fprintf(stderr, "no CUDA device\n");
@@ -562,23 +547,21 @@ int main(int argc, char** argv) {
   FILE* jf = json ? std::fopen(json, "w") : nullptr;
   if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
   bool all_ok = true, first = true;
-  std::vector<Scenario> scenarios =
-      sweep ? sweep_scenarios()
-            : std::vector<Scenario>(std::begin(kScenarios), std::end(kScenarios));
   for (Scenario& s : scenarios) {
     if (s.pool > 0 || s.dtype == decode_dtype) continue;
     s.dtype = decode_dtype;
     s.flashmla_us = 0.0;  // the reference figures are FlashMLA's fp8_ds_mla decode
   }
   for (const Scenario& s : scenarios) {
-    if (only && std::strcmp(only, s.name) != 0) continue;
-    if (filter && std::strstr(s.name, filter) == nullptr) continue;
+    if (only && std::strcmp(only, s.name.c_str()) != 0) continue;
+    if (filter && std::strstr(s.name.c_str(), filter) == nullptr) continue;
     const Result r = run(s, runs, allow_split, flush, flush_bytes);
     all_ok = all_ok && r.ok;
     const double tflops = r.flops / (r.median_us * 1e-6) / 1e12;
-    std::printf("%-23s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-7s %s\n", s.name,
-                s.tokens, r.median_us, r.min_us, r.warm_us, r.floor_us, s.flashmla_us, tflops,
-                r.host_us, r.host_known_us, r.max_err, kernel_name(r.kernel), r.ok ? "ok" : "FAIL");
+    std::printf("%-23s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-7s %s\n",
+                s.name.c_str(), s.tokens, r.median_us, r.min_us, r.warm_us, r.floor_us,
+                s.flashmla_us, tflops, r.host_us, r.host_known_us, r.max_err, kernel_name(r.kernel),
+                r.ok ? "ok" : "FAIL");
     std::fflush(stdout);
     if (jf) {
       std::fprintf(jf,
@@ -588,7 +571,7 @@ int main(int argc, char** argv) {
                    "\"floor_us\": %.2f, \"flashmla_ref_us\": %.1f, \"host_us\": %.2f, "
                    "\"host_known_device_us\": %.2f, \"max_err\": %.3g, "
                    "\"checked_tokens\": %d, \"kernel\": \"%s\", \"ok\": %s}",
-                   first ? "" : ",\n", s.name, cache_dtype_name(s.dtype), s.tokens, s.heads,
+                   first ? "" : ",\n", s.name.c_str(), cache_dtype_name(s.dtype), s.tokens, s.heads,
                    s.swa_width, s.extra_width, tflops, r.median_us, r.min_us, r.warm_us, r.floor_us,
                    s.flashmla_us, r.host_us, r.host_known_us, r.max_err, r.checked_tokens,
                    kernel_name(r.kernel), r.ok ? "true" : "false");

@@ -19,44 +19,36 @@ no two tokens sharing one. Exits 0 with a note when the package is absent.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
-# name, tokens, heads, swa width, extra width, extra page size, extra fill, tokens per request
-SCENARIOS = [
-    ("flash_h64_b1", 1, 64, 128, 512, 64, 1.0, 1),
-    ("flash_h64_b16", 16, 64, 128, 512, 64, 1.0, 1),
-    ("flash_h64_b64", 64, 64, 128, 512, 64, 1.0, 1),
-    ("flash_h64_b128", 128, 64, 128, 512, 64, 1.0, 1),
-    ("flash_h64_b256", 256, 64, 128, 512, 64, 1.0, 1),
-    ("pro_h128_b64", 64, 128, 128, 1024, 64, 1.0, 1),
-    ("pro_h128_b128", 128, 128, 128, 1024, 64, 1.0, 1),
-    ("swa_only_h64_b64", 64, 64, 128, 0, 0, 1.0, 1),
-    ("tp8_h8_b64", 64, 8, 128, 512, 64, 1.0, 1),
-    ("tp8_h8_b256", 256, 8, 128, 512, 64, 1.0, 1),
-    ("tp4_h16_b64", 64, 16, 128, 512, 64, 1.0, 1),
-    ("tp2_h32_b64", 64, 32, 128, 512, 64, 1.0, 1),
-    ("c128a_h64_b64", 64, 64, 128, 1024, 2, 0.5, 1),
-    ("mtp2_h64_64req", 128, 64, 128, 512, 64, 1.0, 2),
-]
-# Prefill (flash_mla_sparse_fwd on a bf16 copy of the keys): name, query tokens, heads, keys per
-# token, pool of keys every token draws its distinct keys from.
-PREFILL = [
-    ("prefill_h64_t4096_bf16", 4096, 64, 640, 32768),
-    ("prefill_h128_t4096_bf16", 4096, 128, 1152, 32768),
-    ("prefill_h64_t512_bf16", 512, 64, 640, 8192),
-    ("prefill_h16_t4096_bf16", 4096, 16, 640, 32768),
-    ("prefill_h8_t4096_bf16", 4096, 8, 640, 32768),
-]
-# --sweep: V4-Flash, V4-Pro and 8-head decode over batch sizes, as sparse_swa_attention_bench
-# --sweep.
-SWEEP_FLASH = [1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 132, 133, 144, 160, 192, 224,
-               256, 320, 512]
-SWEEP_PRO = [1, 8, 16, 32, 48, 64, 66, 67, 80, 96, 128, 160, 192, 256]
-SWEEP_TP8 = [8, 24, 32, 96, 133, 160, 192]  # 8 heads, padded to 64
-SWEEP = ([(f"flash_h64_b{b}", b, 64, 128, 512, 64, 1.0, 1) for b in SWEEP_FLASH] +
-         [(f"pro_h128_b{b}", b, 128, 128, 1024, 64, 1.0, 1) for b in SWEEP_PRO] +
-         [(f"tp8_h8_b{b}", b, 8, 128, 512, 64, 1.0, 1) for b in SWEEP_TP8])
+
+def load_shapes(path=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                  "attention_shapes.json")):
+    """The shapes of sparse_swa_attention_bench (bench/attention_shapes.json, which it compiles in).
+
+    Returns (decode, prefill, sweep). decode and sweep: (name, tokens, heads, swa width, extra
+    width, extra page size, extra fill, tokens per request); prefill (flash_mla_sparse_fwd on a bf16
+    copy of the keys, so the bf16 shapes only): (name, query tokens, heads, keys per token, pool of
+    keys every token draws its distinct keys from).
+    """
+    with open(path) as f:
+        shapes = json.load(f)
+
+    def decode(s):
+        return (s["name"], s["tokens"], s["heads"], s["swa_width"], s["extra_width"],
+                s.get("extra_page", 64), s.get("extra_fill", 1.0), s.get("group", 1))
+
+    fixed = shapes["shapes"]
+    prefill = [(s["name"], s["tokens"], s["heads"], s["swa_width"] + s["extra_width"], s["pool"])
+               for s in fixed if s.get("pool", 0) > 0 and s.get("cache") == "bf16"]
+    sweep = [decode(dict(family, name=f"{family['prefix']}{b}", tokens=b))
+             for family in shapes["sweep"] for b in family["batches"]]
+    return [decode(s) for s in fixed if s.get("pool", 0) == 0], prefill, sweep
+
+
+SCENARIOS, PREFILL, SWEEP = load_shapes()
 TOKEN_BYTES = 584  # 448 e4m3 + 64 bf16 + 8 scale bytes
 
 

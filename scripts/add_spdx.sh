@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Adds the Apache-2.0 SPDX line to every tracked source file that lacks it:
-#   // SPDX-License-Identifier: Apache-2.0   (.h .cc .cu .cuh, version.h.in)
+#   // SPDX-License-Identifier: Apache-2.0   (.h .cc .cu .cuh, version.h.in, attention_shapes.cc.in)
 #   # SPDX-License-Identifier: Apache-2.0    (.py .pyi .sh, CMake files, Makefile, .ci/run)
 # as the first line, or the second after a #! line. Idempotent: a file that has the line in its
 # first two lines is left alone.
@@ -24,7 +24,7 @@ main() {
   prefix_of() {
     case $1 in
       tests/fuzz/corpus/* | tests/fuzz/regressions/*) ;;
-      *.h | *.cc | *.cu | *.cuh | *.h.in) echo "//" ;;
+      *.h | *.cc | *.cu | *.cuh | *.h.in | *.cc.in) echo "//" ;;
       *.py | *.pyi | *.sh | *.cmake | *.cmake.in | */CMakeLists.txt | CMakeLists.txt | Makefile | \
         .ci/run) echo "#" ;;
     esac
