@@ -32,6 +32,11 @@ __device__ __forceinline__ void cp_async_16_or_zero(uint32_t dst, const void* sr
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// Asks L2 to fetch `bytes` (a multiple of 16) from 16-byte-aligned global `src`; nothing lands in
+// shared memory and nothing waits on it.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
