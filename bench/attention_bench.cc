@@ -33,6 +33,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,7 +66,7 @@ struct Scenario {
 };
 
 // The shapes, from bench/attention_shapes.json (compiled in as kAttentionShapesJson; the FlashMLA
-// benchmark reads the same file). The JSON is the build's own, so a malformed entry throws here.
+// benchmark reads the same file). A malformed entry throws (main reports it).
 Scenario scenario_from(const nlohmann::json& j) {
   Scenario s;
   s.name = j.at("name").get<std::string>();
@@ -78,7 +79,9 @@ Scenario scenario_from(const nlohmann::json& j) {
   s.group = j.value("group", 1);
   s.flashmla_us = j.value("flashmla_h200_us", 0.0);
   s.pool = j.value("pool", 0);
-  s.dtype = parse_cache_dtype(j.value("cache", std::string("fp8_ds_mla"))).value();
+  const auto dtype = parse_cache_dtype(j.value("cache", std::string("fp8_ds_mla")));
+  if (!dtype.ok()) throw std::invalid_argument(s.name + ": " + dtype.status().to_string());
+  s.dtype = dtype.value();
   return s;
 }
 
@@ -521,7 +524,13 @@ int main(int argc, char** argv) {
     }
     decode_dtype = d.value();
   }
-  std::vector<Scenario> scenarios = load_scenarios(sweep);
+  std::vector<Scenario> scenarios;
+  try {
+    scenarios = load_scenarios(sweep);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench/attention_shapes.json: %s\n", e.what());
+    return 1;
+  }
   if (list) {
     for (const Scenario& s : scenarios) {
       std::printf("%-23s tokens %5d heads %3d keys %4d + %4d %s\n", s.name.c_str(), s.tokens,
