@@ -52,12 +52,13 @@ constexpr double kReadBandwidth = 4.4e12;  // bytes/s, the H200's measured copy 
 constexpr double kPeakFlops = 790e12;      // bf16 FLOP/s of a large GEMM on the H200
 
 struct Scenario {
+  // Every field from bench/attention_shapes.json (its defaults where an entry leaves one out).
   std::string name;
   int32_t tokens = 0, heads = 0;
   int32_t swa_width = 0, extra_width = 0;  // row widths; lens are full unless extra_fill < 1
-  int32_t extra_block = 64;                // page size of the extra cache (0: no extra segment)
-  double extra_fill = 1.0;                 // fraction of the extra row that is valid
-  int32_t group = 1;                       // consecutive tokens of one request (MTP: 2)
+  int32_t extra_block = 0;                 // page size of the extra cache (0: no extra segment)
+  double extra_fill = 0.0;                 // fraction of the extra row that is valid
+  int32_t group = 0;                       // consecutive tokens of one request (MTP: 2)
   double flashmla_us = 0.0;                // its figure on the H200, same method (0: none)
   // Prefill shapes: every token draws swa_width + extra_width distinct slots of one shared pool
   // of `pool` slots (64-slot pages), both segments in that cache. 0: decode slots as above.
@@ -66,20 +67,23 @@ struct Scenario {
 };
 
 // The shapes, from bench/attention_shapes.json (compiled in as kAttentionShapesJson; the FlashMLA
-// benchmark reads the same file). A malformed entry throws (main reports it).
-Scenario scenario_from(const nlohmann::json& j) {
+// benchmark reads the same file): an entry over the file's defaults. A malformed entry throws (main
+// reports it).
+Scenario scenario_from(const nlohmann::json& defaults, const nlohmann::json& entry) {
+  nlohmann::json j = defaults;
+  j.update(entry);
   Scenario s;
   s.name = j.at("name").get<std::string>();
   s.tokens = j.at("tokens").get<int32_t>();
   s.heads = j.at("heads").get<int32_t>();
   s.swa_width = j.at("swa_width").get<int32_t>();
   s.extra_width = j.at("extra_width").get<int32_t>();
-  s.extra_block = j.value("extra_page", 64);
-  s.extra_fill = j.value("extra_fill", 1.0);
-  s.group = j.value("group", 1);
-  s.flashmla_us = j.value("flashmla_h200_us", 0.0);
-  s.pool = j.value("pool", 0);
-  const auto dtype = parse_cache_dtype(j.value("cache", std::string("fp8_ds_mla")));
+  s.extra_block = j.at("extra_page").get<int32_t>();
+  s.extra_fill = j.at("extra_fill").get<double>();
+  s.group = j.at("group").get<int32_t>();
+  s.flashmla_us = j.at("flashmla_h200_us").get<double>();
+  s.pool = j.at("pool").get<int32_t>();
+  const auto dtype = parse_cache_dtype(j.at("cache").get<std::string>());
   if (!dtype.ok()) throw std::invalid_argument(s.name + ": " + dtype.status().to_string());
   s.dtype = dtype.value();
   return s;
@@ -89,9 +93,10 @@ Scenario scenario_from(const nlohmann::json& j) {
 // family's prefix and the batch size).
 std::vector<Scenario> load_scenarios(bool sweep) {
   const nlohmann::json all = nlohmann::json::parse(kAttentionShapesJson);
+  const nlohmann::json& defaults = all.at("defaults");
   std::vector<Scenario> out;
   if (!sweep) {
-    for (const nlohmann::json& j : all.at("shapes")) out.push_back(scenario_from(j));
+    for (const nlohmann::json& j : all.at("shapes")) out.push_back(scenario_from(defaults, j));
     return out;
   }
   for (const nlohmann::json& family : all.at("sweep")) {
@@ -99,7 +104,7 @@ std::vector<Scenario> load_scenarios(bool sweep) {
       nlohmann::json j = family;
       j["name"] = family.at("prefix").get<std::string>() + std::to_string(b);
       j["tokens"] = b;
-      out.push_back(scenario_from(j));
+      out.push_back(scenario_from(defaults, j));
     }
   }
   return out;
@@ -533,8 +538,10 @@ int main(int argc, char** argv) {
   }
   if (list) {
     for (const Scenario& s : scenarios) {
-      std::printf("%-23s tokens %5d heads %3d keys %4d + %4d %s\n", s.name.c_str(), s.tokens,
-                  s.heads, s.swa_width, s.extra_width, cache_dtype_name(s.dtype));
+      std::printf(
+          "%-23s tokens %5d heads %3d keys %4d + %4d page %3d fill %.2f group %d pool %5d %s\n",
+          s.name.c_str(), s.tokens, s.heads, s.swa_width, s.extra_width, s.extra_block,
+          s.extra_fill, s.group, s.pool, cache_dtype_name(s.dtype));
     }
     return 0;
   }

@@ -35,17 +35,18 @@ def load_shapes(path=os.path.join(os.path.dirname(os.path.abspath(__file__)),
     """
     with open(path) as f:
         shapes = json.load(f)
+    defaults = shapes["defaults"]  # what an entry leaves out
 
     def decode(s):
         return (s["name"], s["tokens"], s["heads"], s["swa_width"], s["extra_width"],
-                s.get("extra_page", 64), s.get("extra_fill", 1.0), s.get("group", 1))
+                s["extra_page"], s["extra_fill"], s["group"])
 
-    fixed = shapes["shapes"]
+    fixed = [{**defaults, **s} for s in shapes["shapes"]]
     prefill = [(s["name"], s["tokens"], s["heads"], s["swa_width"] + s["extra_width"], s["pool"])
-               for s in fixed if s.get("pool", 0) > 0 and s.get("cache") == "bf16"]
-    sweep = [decode(dict(family, name=f"{family['prefix']}{b}", tokens=b))
+               for s in fixed if s["pool"] > 0 and s["cache"] == "bf16"]
+    sweep = [decode({**defaults, **family, "name": f"{family['prefix']}{b}", "tokens": b})
              for family in shapes["sweep"] for b in family["batches"]]
-    return [decode(s) for s in fixed if s.get("pool", 0) == 0], prefill, sweep
+    return [decode(s) for s in fixed if s["pool"] == 0], prefill, sweep
 
 
 SCENARIOS, PREFILL, SWEEP = load_shapes()
