@@ -110,6 +110,13 @@ __device__ __forceinline__ const uint8_t* slot_page(const Segment& s, uint32_t i
   return s.cache + static_cast<int64_t>(block) * s.page_stride;
 }
 
+// The bf16 row of slot idx (idx < s.num_slots) of a bf16 cache: [kHeadDim] bf16.
+__device__ __forceinline__ const uint8_t* bf16_slot_row(const Segment& s, uint32_t idx) {
+  uint32_t offset;
+  const uint8_t* page = slot_page(s, idx, offset);
+  return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
+}
+
 // A finished row from its running max m (log2 units) and sum l: its lse (natural log) and the
 // factor its unnormalised O takes (1 / l, shared with the sink's weight `sink`, a logit; nullptr:
 // none). No valid key (m = -inf): lse +inf and factor 0, so the row is zeros.

@@ -115,9 +115,7 @@ __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& 
   const int64_t j = prefill_key(c.tile0, b, kKeys, key);
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    uint32_t offset;
-    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
-    return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
+    return bf16_slot_row(s, static_cast<uint32_t>(idx));
   }
   if (c.h0 == 0 && a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
   return nullptr;
@@ -131,9 +129,7 @@ __device__ __forceinline__ void prefetch_key_row(const Args& a, const Cta<BL>& c
   const int64_t j = prefill_key(c.tile0, b, kKeys, key);
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (static_cast<uint32_t>(idx) >= s.num_slots) return;
-  uint32_t offset;
-  const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
-  ptx::bulk_prefetch_l2(page + static_cast<int64_t>(offset) * kBf16TokenBytes, kBf16TokenBytes);
+  ptx::bulk_prefetch_l2(bf16_slot_row(s, static_cast<uint32_t>(idx)), kBf16TokenBytes);
 }
 
 // A pair's keys as a producer thread copies them: rows[w][i] = key copy_key(tid, i) of block

@@ -124,9 +124,7 @@ __device__ __forceinline__ const uint8_t* row_of(const Args& a, const Cta<L>& c,
   if (idx == -1) return nullptr;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
-    uint32_t offset;
-    const uint8_t* page = slot_page(s, static_cast<uint32_t>(idx), offset);
-    return page + static_cast<int64_t>(offset) * kBf16TokenBytes;
+    return bf16_slot_row(s, static_cast<uint32_t>(idx));
   }
   if (a.bad_count != nullptr) atomicAdd(a.bad_count, 1);
   return nullptr;
