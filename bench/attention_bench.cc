@@ -16,19 +16,21 @@
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
 //                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
-//                              [--sweep] [--cache fp8_ds_mla|bf16] [--list]
+//                              [--sweep] [--cache fp8_ds_mla|bf16] [--list] [--help]
 // --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs). --list prints the
 // shapes (bench/attention_shapes.json, compiled in) and exits.
 // Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
 // --no-query-groups.
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -475,56 +477,78 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   return r;
 }
 
+// One result as a JSON object (the --json file's "results").
+nlohmann::json result_json(const Scenario& s, const Result& r, double tflops) {
+  return {{"shape", s.name},
+          {"cache", cache_dtype_name(s.dtype)},
+          {"tokens", s.tokens},
+          {"heads", s.heads},
+          {"swa_width", s.swa_width},
+          {"extra_width", s.extra_width},
+          {"tflops", tflops},
+          {"median_us", r.median_us},
+          {"min_us", r.min_us},
+          {"warm_us", r.warm_us},
+          {"floor_us", r.floor_us},
+          {"flashmla_ref_us", s.flashmla_us},
+          {"host_us", r.host_us},
+          {"host_known_device_us", r.host_known_us},
+          {"max_err", r.max_err},
+          {"checked_tokens", r.checked_tokens},
+          {"kernel", kernel_name(r.kernel)},
+          {"ok", r.ok}};
+}
+
+// Writes {"device", "runs", "results"} to path; false if it cannot.
+bool write_json(const std::string& path, const char* device, int runs,
+                const nlohmann::json& results) {
+  std::ofstream f(path);
+  f << nlohmann::json{{"device", device}, {"runs", runs}, {"results", results}}.dump(1) << "\n";
+  return static_cast<bool>(f);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* json = nullptr;
-  const char* only = nullptr;    // one shape by name
-  const char* filter = nullptr;  // the shapes whose name contains it
+  std::string json;    // --json FILE
+  std::string only;    // one shape by name
+  std::string filter;  // the shapes whose name contains it
+  std::string cache;   // the decode shapes' cache dtype (default: fp8_ds_mla)
+  std::string kernel = "auto";
   int runs = 30;
-  bool allow_split = true;
-  bool sweep = false;           // the batch-size sweep instead of the fixed shapes
-  bool list = false;            // print the shapes and exit (no GPU needed)
-  const char* cache = nullptr;  // the decode shapes' cache dtype (default: fp8_ds_mla)
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
-      json = argv[++i];
-    } else if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
-      runs = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
-      only = argv[++i];
-    } else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) {
-      filter = argv[++i];
-    } else if (!std::strcmp(argv[i], "--no-split")) {
-      allow_split = false;
-    } else if (!std::strcmp(argv[i], "--sweep")) {
-      sweep = true;
-    } else if (!std::strcmp(argv[i], "--list")) {
-      list = true;
-    } else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
-      cache = argv[++i];
-    } else if (!std::strcmp(argv[i], "--no-query-groups")) {
-      g_query_groups = false;
-    } else if (!std::strcmp(argv[i], "--kernel") && i + 1 < argc) {
-      const auto k = parse_attention_kernel(argv[++i]);
-      if (!k.ok()) {
-        std::fprintf(stderr, "--%s\n", k.status().message().c_str());
-        return 2;
-      }
-      g_kernel = k.value();
-    } else {
-      std::fprintf(stderr,
-                   "usage: sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] "
-                   "[--filter SUBSTRING] [--no-split] [--no-query-groups] "
-                   "[--kernel auto|decode|prefill] [--sweep] [--cache fp8_ds_mla|bf16] [--list]\n");
-      return 2;
-    }
+  bool no_split = false, sweep = false, list = false, no_query_groups = false;
+  CLI::App app{
+      "sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode "
+      "and prefill shapes (bench/README.md#attention)."};
+  app.add_option("--json", json, "Write the results to this JSON file");
+  app.add_option("--runs", runs, "Timed graph replays per shape")->check(CLI::Range(1, 100000));
+  app.add_option("--only", only, "Run only the shape of this name");
+  app.add_option("--filter", filter, "Run only the shapes whose name contains this");
+  app.add_flag("--no-split", no_split, "Plan without split-KV");
+  app.add_flag("--no-query-groups", no_query_groups,
+               "Call the MTP shapes without query_group_size");
+  app.add_option("--kernel", kernel, "auto, decode or prefill: the tensor-core kernel to force");
+  app.add_flag("--sweep", sweep, "The batch-size sweep instead of the fixed shapes");
+  app.add_option("--cache", cache, "fp8_ds_mla or bf16: the decode shapes' cache dtype");
+  app.add_flag("--list", list, "Print the shapes and exit (no GPU needed)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // the help text, or the usage error on stderr
+  }
+  g_query_groups = !no_query_groups;
+  const bool allow_split = !no_split;
+  if (const auto k = parse_attention_kernel(kernel); k.ok()) {
+    g_kernel = k.value();
+  } else {
+    std::fprintf(stderr, "--%s\n", k.status().message().c_str());
+    return 2;
   }
   CacheDtype decode_dtype = CacheDtype::kFp8DsMla;
-  if (cache != nullptr) {
+  if (!cache.empty()) {
     const auto d = parse_cache_dtype(cache);
     if (!d.ok() || (d.value() != CacheDtype::kFp8DsMla && d.value() != CacheDtype::kBf16)) {
-      std::fprintf(stderr, "--cache: expected fp8_ds_mla or bf16, got %s\n", cache);
+      std::fprintf(stderr, "--cache: expected fp8_ds_mla or bf16, got %s\n", cache.c_str());
       return 2;
     }
     decode_dtype = d.value();
@@ -560,17 +584,16 @@ int main(int argc, char** argv) {
   std::printf("%-23s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
               "median", "min", "warm", "floor", "FlashMLA", "TFLOP/s", "host", "host_dev",
               "max_err", "kernel", "check");
-  FILE* jf = json ? std::fopen(json, "w") : nullptr;
-  if (jf) std::fprintf(jf, "{\"device\": \"%s\", \"runs\": %d, \"results\": [\n", prop.name, runs);
-  bool all_ok = true, first = true;
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
   for (Scenario& s : scenarios) {
     if (s.pool > 0 || s.dtype == decode_dtype) continue;
     s.dtype = decode_dtype;
     s.flashmla_us = 0.0;  // the reference figures are FlashMLA's fp8_ds_mla decode
   }
   for (const Scenario& s : scenarios) {
-    if (only && std::strcmp(only, s.name.c_str()) != 0) continue;
-    if (filter && std::strstr(s.name.c_str(), filter) == nullptr) continue;
+    if (!only.empty() && s.name != only) continue;
+    if (!filter.empty() && s.name.find(filter) == std::string::npos) continue;
     const Result r = run(s, runs, allow_split, flush, flush_bytes);
     all_ok = all_ok && r.ok;
     const double tflops = r.flops / (r.median_us * 1e-6) / 1e12;
@@ -579,24 +602,12 @@ int main(int argc, char** argv) {
                 s.flashmla_us, tflops, r.host_us, r.host_known_us, r.max_err, kernel_name(r.kernel),
                 r.ok ? "ok" : "FAIL");
     std::fflush(stdout);
-    if (jf) {
-      std::fprintf(jf,
-                   "%s  {\"shape\": \"%s\", \"cache\": \"%s\", \"tokens\": %d, \"heads\": %d, "
-                   "\"swa_width\": %d, \"extra_width\": %d, \"tflops\": %.1f, \"median_us\": %.2f, "
-                   "\"min_us\": %.2f, \"warm_us\": %.2f, "
-                   "\"floor_us\": %.2f, \"flashmla_ref_us\": %.1f, \"host_us\": %.2f, "
-                   "\"host_known_device_us\": %.2f, \"max_err\": %.3g, "
-                   "\"checked_tokens\": %d, \"kernel\": \"%s\", \"ok\": %s}",
-                   first ? "" : ",\n", s.name.c_str(), cache_dtype_name(s.dtype), s.tokens, s.heads,
-                   s.swa_width, s.extra_width, tflops, r.median_us, r.min_us, r.warm_us, r.floor_us,
-                   s.flashmla_us, r.host_us, r.host_known_us, r.max_err, r.checked_tokens,
-                   kernel_name(r.kernel), r.ok ? "true" : "false");
-      first = false;
+    results.push_back(result_json(s, r, tflops));
+    // Rewritten after every shape, so that a run cut short leaves the shapes it finished.
+    if (!json.empty() && !write_json(json, prop.name, runs, results)) {
+      std::fprintf(stderr, "--json: cannot write %s\n", json.c_str());
+      all_ok = false;
     }
-  }
-  if (jf) {
-    std::fprintf(jf, "\n]}\n");
-    std::fclose(jf);
   }
   cudaFree(flush);
   return all_ok ? 0 : 1;
