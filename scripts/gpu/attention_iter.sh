@@ -5,11 +5,14 @@
 #   stages: smoke tests bench variants flashmla sweep ablate profile ncu ncusrc sanitize
 #   (default: smoke tests bench ncu sanitize)
 # Needs .gpu-bin/ (scripts/gpu/build.sh); FlashMLA's column needs .whl/ (bench/README.md).
-# Logs go to $OUT; the tail of each step is printed.
+# JSON results go to $OUT, every log into $OUT/logs.tgz (the device tool returns at most 8
+# files); the tail of each step is printed.
 set -uo pipefail
 B=${BIN:-.gpu-bin}
 OUT=${OUT:-/tmp/sparse_swa_out}
 mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 stages=${*:-smoke tests bench ncu sanitize}
 has() { [[ " $stages " == *" $1 "* ]]; }
 # FlashMLA's wheel (.whl/) into /tmp/site, for PYTHONPATH=/tmp/site.
@@ -24,10 +27,10 @@ if has smoke; then
   filter='FewHeadsShapes/*H8_*:PrefillKernelShapes/*H8_*:DecodeKernelShapes/*H8_*'
   filter+=':SplitShapes/*H8*:WalkingShapes/*H8_*:AttentionCuda.Decoded*'
   timeout "${SMOKE_TIMEOUT:-60}" "$B/sparse_swa_tests" --gtest_filter="${SMOKE_FILTER:-$filter}" \
-    --gtest_brief=1 >"$OUT/smoke.log" 2>&1
+    --gtest_brief=1 >"$LOGS/smoke.log" 2>&1
   rc=$?
   echo "smoke: exit $rc"
-  grep -E "^\[  FAILED|PASSED" "$OUT/smoke.log" | sort -u | head -6
+  grep -E "^\[  FAILED|PASSED" "$LOGS/smoke.log" | sort -u | head -6
   if [[ $rc != 0 ]]; then
     [[ $rc == 124 ]] && echo "smoke: timed out (a kernel hangs?); stopping"
     exit 4
@@ -46,41 +49,41 @@ if has tests; then
     esac
     env "${e[@]}" timeout 300 \
       "$B/sparse_swa_tests" --gtest_filter='*Attention*' --gtest_brief=1 \
-      >"$OUT/attention_tests_${v/=/_}.log" 2>&1
+      >"$LOGS/attention_tests_${v/=/_}.log" 2>&1
     echo "tests ($v): exit $?"
-    grep -E "^\[  FAILED|largest|PASSED|first:" "$OUT/attention_tests_${v/=/_}.log" | sort -u | head -12
+    grep -E "^\[  FAILED|largest|PASSED|first:" "$LOGS/attention_tests_${v/=/_}.log" | sort -u | head -12
   done
 fi
 if has bench; then
   # BENCH_ARGS: e.g. "--filter prefill --kernel decode".
   timeout 300 "$B/sparse_swa_attention_bench" --json "$OUT/attention_bench.json" ${BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/attention_bench.txt"
+    2>&1 | tee "$LOGS/attention_bench.txt"
 fi
 if has variants; then
   # Development builds of the bench with other pipeline depths (SPARSE_SWA_ATTENTION_STAGES).
   for v in "$B"/variants/attention_bench_*; do
     [[ -x $v ]] || continue
     echo "== $(basename "$v")"
-    timeout 200 "$v" --json "$OUT/$(basename "$v").json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$(basename "$v").txt" |
+    timeout 200 "$v" --json "$OUT/$(basename "$v").json" ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/$(basename "$v").txt" |
       grep -E "^[a-z0-9_]+ +[0-9]+ "
   done
 fi
 if has flashmla; then
   install_flashmla &&
     PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --json "$OUT/flashmla.json" \
-      2>&1 | tee "$OUT/flashmla.txt" | tail -20
+      2>&1 | tee "$LOGS/flashmla.txt" | tail -40
 fi
 if has sweep; then
   # The decode batch-size sweep (--sweep), ours and FlashMLA's (when .whl/ holds it), one table;
   # SWEEP_CACHE=bf16 on bf16 caches (FlashMLA: flash_mla_sparse_fwd).
   cache=${SWEEP_CACHE:-fp8_ds_mla}
   timeout 400 "$B/sparse_swa_attention_bench" --sweep --cache "$cache" --runs "${SWEEP_RUNS:-20}" \
-    --json "$OUT/sweep_$cache.json" >"$OUT/sweep_$cache.txt" 2>&1
+    --json "$OUT/sweep_$cache.json" >"$LOGS/sweep_$cache.txt" 2>&1
   if ls .whl/*.whl >/dev/null 2>&1; then
     install_flashmla &&
       PYTHONPATH=/tmp/site timeout 300 python3 bench/flashmla_bench.py --sweep --cache "$cache" \
         --runs "${SWEEP_RUNS:-20}" --json "$OUT/sweep_flashmla_$cache.json" \
-        >"$OUT/sweep_flashmla_$cache.txt" 2>&1
+        >"$LOGS/sweep_flashmla_$cache.txt" 2>&1
   fi
   python3 scripts/gpu/sweep_table.py "$OUT/sweep_$cache.json" "$OUT/sweep_flashmla_$cache.json"
 fi
@@ -107,10 +110,10 @@ if has ncu; then
     timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
       --section LaunchStats -k regex:${NCU_KERNEL:-ds_mla_attention} --launch-skip 1 --launch-count 1 \
-      "$B/sparse_swa_attention_bench" --only "$shape" --runs 2 >"$OUT/ncu_$shape.txt" 2>&1
+      "$B/sparse_swa_attention_bench" --only "$shape" --runs 2 >"$LOGS/ncu_$shape.txt" 2>&1
     echo "ncu $shape: exit $?"
     grep -E "Duration|Throughput|Pipe|Stall|Registers|Achieved Occupancy|Bank|Executed Ipc" \
-      "$OUT/ncu_$shape.txt" | head -40
+      "$LOGS/ncu_$shape.txt" | head -40
   done
 fi
 if has ncusrc; then
@@ -120,10 +123,10 @@ if has ncusrc; then
     --launch-skip 1 --launch-count 1 -f -o /tmp/prof "$B/sparse_swa_attention_bench" \
     --only "$shape" --runs 2 >/tmp/ncusrc.log 2>&1
   echo "ncu source: exit $?"; tail -3 /tmp/ncusrc.log
-  ncu -i /tmp/prof.ncu-rep --page source --csv --print-source sass >"$OUT/sass_$shape.csv" 2>&1
-  echo "sass csv: $(wc -l <"$OUT/sass_$shape.csv") lines"; head -c 600 "$OUT/sass_$shape.csv"; echo
+  ncu -i /tmp/prof.ncu-rep --page source --csv --print-source sass >"$LOGS/sass_$shape.csv" 2>&1
+  echo "sass csv: $(wc -l <"$LOGS/sass_$shape.csv") lines"; head -c 600 "$LOGS/sass_$shape.csv"; echo
   ncu -i /tmp/prof.ncu-rep --page details --section WarpStateStats --section SchedulerStats \
-    >"$OUT/ncu_stalls_$shape.txt" 2>&1
+    >"$LOGS/ncu_stalls_$shape.txt" 2>&1
 fi
 if has sanitize; then
   # The tensor-core kernel's paths (split and merge on both kernels, masking, lens, graph replay,
@@ -143,17 +146,17 @@ if has sanitize; then
 ':PrefillKernelShapes/*H128_W1_*:FewHeadsShapes/*H5_*:FewHeadsShapes/*H12_*'
     # SANITIZE_FILTER replaces the filter for every tool.
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$OUT/sanitize_$tool.log" 2>&1
+      "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$LOGS/sanitize_$tool.log" 2>&1
     echo "sanitize $tool: exit $?"
-    grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_$tool.log" | head -5
+    grep -E "ERROR SUMMARY|FAILED|PASSED" "$LOGS/sanitize_$tool.log" | head -5
   done
   # The bf16 prefill kernel's CTAs capped at 2, so that each walks many items.
   for tool in memcheck racecheck; do
     SPARSE_SWA_ATTENTION_WALK_CTAS=2 timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer \
       --tool "$tool" --error-exitcode 9 "$B/sparse_swa_tests" --gtest_brief=1 \
       --gtest_filter='PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:WalkingShapes/*H8_*' \
-      >"$OUT/sanitize_walk_$tool.log" 2>&1
+      >"$LOGS/sanitize_walk_$tool.log" 2>&1
     echo "sanitize walk=2 $tool: exit $?"
-    grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT/sanitize_walk_$tool.log" | head -5
+    grep -E "ERROR SUMMARY|FAILED|PASSED" "$LOGS/sanitize_walk_$tool.log" | head -5
   done
 fi
