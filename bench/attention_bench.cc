@@ -66,6 +66,9 @@ struct Scenario {
   // of `pool` slots (64-slot pages), both segments in that cache. 0: decode slots as above.
   int32_t pool = 0;
   CacheDtype dtype = CacheDtype::kFp8DsMla;
+  // false: a workspace without room for a bf16 copy of the caches, so that a prefill call on
+  // fp8_ds_mla caches reads and decodes every key per use (docs/design.md#decoded-keys).
+  bool decoded_keys = false;
 };
 
 // The shapes, from bench/attention_shapes.json (compiled in as kAttentionShapesJson; the FlashMLA
@@ -85,6 +88,7 @@ Scenario scenario_from(const nlohmann::json& defaults, const nlohmann::json& ent
   s.group = j.at("group").get<int32_t>();
   s.flashmla_us = j.at("flashmla_h200_us").get<double>();
   s.pool = j.at("pool").get<int32_t>();
+  s.decoded_keys = j.at("decoded_keys").get<bool>();
   const auto dtype = parse_cache_dtype(j.at("cache").get<std::string>());
   if (!dtype.ok()) throw std::invalid_argument(s.name + ": " + dtype.status().to_string());
   s.dtype = dtype.value();
@@ -328,6 +332,10 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
   dp.query_group_size = g_query_groups ? s.group : 1;
   if (allow_split) {
     dp.workspace_bytes = sparse_attention_workspace_bytes(dp);
+    // Without the copy's room the plan keeps its splits and reads the caches directly.
+    if (!s.decoded_keys) {
+      dp.workspace_bytes = std::min(dp.workspace_bytes, sparse_attention_max_workspace_bytes());
+    }
     if (dp.workspace_bytes > 0) CUDA_OK(cudaMalloc(&dp.workspace, dp.workspace_bytes));
   }
 
@@ -495,6 +503,7 @@ nlohmann::json result_json(const Scenario& s, const Result& r, double tflops) {
           {"host_known_device_us", r.host_known_us},
           {"max_err", r.max_err},
           {"checked_tokens", r.checked_tokens},
+          {"decoded_keys", s.decoded_keys},
           {"kernel", kernel_name(r.kernel)},
           {"ok", r.ok}};
 }
@@ -563,9 +572,10 @@ int main(int argc, char** argv) {
   if (list) {
     for (const Scenario& s : scenarios) {
       std::printf(
-          "%-23s tokens %5d heads %3d keys %4d + %4d page %3d fill %.2f group %d pool %5d %s\n",
+          "%-30s tokens %5d heads %3d keys %4d + %4d page %3d fill %.2f group %d pool %5d %s%s\n",
           s.name.c_str(), s.tokens, s.heads, s.swa_width, s.extra_width, s.extra_block,
-          s.extra_fill, s.group, s.pool, cache_dtype_name(s.dtype));
+          s.extra_fill, s.group, s.pool, cache_dtype_name(s.dtype),
+          s.decoded_keys ? "" : " direct");
     }
     return 0;
   }
@@ -581,7 +591,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; %d runs per shape; split %s; query groups %s; decode cache %s\n",
               prop.name, prop.multiProcessorCount, runs, allow_split ? "on" : "off",
               g_query_groups ? "on" : "off", cache_dtype_name(decode_dtype));
-  std::printf("%-23s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
+  std::printf("%-30s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
               "median", "min", "warm", "floor", "FlashMLA", "TFLOP/s", "host", "host_dev",
               "max_err", "kernel", "check");
   nlohmann::json results = nlohmann::json::array();
@@ -597,7 +607,7 @@ int main(int argc, char** argv) {
     const Result r = run(s, runs, allow_split, flush, flush_bytes);
     all_ok = all_ok && r.ok;
     const double tflops = r.flops / (r.median_us * 1e-6) / 1e12;
-    std::printf("%-23s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-7s %s\n",
+    std::printf("%-30s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-7s %s\n",
                 s.name.c_str(), s.tokens, r.median_us, r.min_us, r.warm_us, r.floor_us,
                 s.flashmla_us, tflops, r.host_us, r.host_known_us, r.max_err, kernel_name(r.kernel),
                 r.ok ? "ok" : "FAIL");
