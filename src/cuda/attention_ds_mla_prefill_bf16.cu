@@ -107,13 +107,18 @@ __device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, in
   return prefill_key_index(a, c, prefill_key(c.tile0, b, kKeys, key));
 }
 
+// The segment (SWA or extra) that key `key` of block b belongs to.
+__device__ __forceinline__ const Segment& key_segment(const Args& a, const Cta<BL>& c, int b,
+                                                      int key) {
+  return prefill_key(c.tile0, b, kKeys, key) < c.len0 ? a.seg0 : a.seg1;
+}
+
 // The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted (by
 // head group 0; one thread resolves each key).
 __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& c, int b, int key,
                                                   int32_t idx) {
   if (idx == -1) return nullptr;
-  const int64_t j = prefill_key(c.tile0, b, kKeys, key);
-  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
+  const Segment& s = key_segment(a, c, b, key);
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
     return bf16_slot_row(s, static_cast<uint32_t>(idx));
   }
@@ -126,8 +131,7 @@ __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& 
 __device__ __forceinline__ void prefetch_key_row(const Args& a, const Cta<BL>& c, int b, int key,
                                                  int32_t idx) {
   if (idx < 0) return;
-  const int64_t j = prefill_key(c.tile0, b, kKeys, key);
-  const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
+  const Segment& s = key_segment(a, c, b, key);
   if (static_cast<uint32_t>(idx) >= s.num_slots) return;
   ptx::bulk_prefetch_l2(bf16_slot_row(s, static_cast<uint32_t>(idx)), kBf16TokenBytes);
 }
