@@ -555,17 +555,20 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   const int64_t per_row = num_sms / ctas;
   const bool auto_kernel = p.kernel == AttentionKernel::kAuto;
   const bool fp8 = fp8_rows(p);
-  int64_t per = even_slice_pairs(pairs, per_row);
-  const bool prefill = auto_kernel ? fp8 || per >= 2 || ctas >= kMinBf16PrefillItems : plan.prefill;
-  if (prefill && !fp8) per = std::max<int64_t>(per, 2);
+  const bool prefill =
+      auto_kernel ? fp8 || even_slice_pairs(pairs, per_row) >= 2 || ctas >= kMinBf16PrefillItems
+                  : plan.prefill;
   const bool clusters = prefill && !(auto_kernel && fp8 && ctas < kMinClusterItems);
   int64_t splits = 0;
   if (prefill) {
-    splits = formulas::ceil_div(pairs, per);
+    // Counted in the kernel's own pairs, so that every slice holds keys.
+    const int64_t kernel_pairs = fp8 ? pairs : formulas::ceil_div(max_keys, 128);
+    int64_t per = even_slice_pairs(kernel_pairs, per_row);
+    splits = formulas::ceil_div(kernel_pairs, per);
     // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a
     // second wave of them doubles the time (bench/README.md#variant-log, run 137).
     while (clusters && splits > 1 && splits <= kMaxClusterSplits && ctas > sms.clusters[splits]) {
-      splits = formulas::ceil_div(pairs, ++per);
+      splits = formulas::ceil_div(kernel_pairs, ++per);
     }
   } else {
     splits = std::min<int64_t>(per_row, max_tiles / kMinSliceTiles);

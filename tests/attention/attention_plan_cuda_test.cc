@@ -84,6 +84,12 @@ TEST(AttentionPlan, SplitsSmallBatchesOfLongRowsOverEitherKernel) {
   EXPECT_EQ(d.splits, 3);
   EXPECT_TRUE(plan(16, -1).prefill);
   EXPECT_EQ(plan(16, -1).splits, 5);
+  // Slices count the kernel's pairs (of 64-key blocks): 32 tokens, 4 SMs a token, the 5 pairs in
+  // 3 slices (2, 2, 1), not 4 of which one would hold no key.
+  d = plan(32, -1);
+  EXPECT_TRUE(d.prefill);
+  EXPECT_EQ(d.splits, 3);
+  EXPECT_EQ(d.workspace_bytes, 3 * 32 * 64 * kRow);
   p.swa_cache = {};
   // Tokens x groups that fill the SMs never split.
   d = plan(kSms, -1);
