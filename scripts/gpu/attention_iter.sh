@@ -143,7 +143,8 @@ if has sanitize; then
       filter='SplitShapes/*H8*:SplitShapes/*H3*:SplitBf16Shapes/*H8*:AttentionCuda.Device*'\
 ':PrefillKernelShapes/*H1_*:PrefillKernelShapes/*H3_*:GroupShapes/*H3_*:GroupShapes/*H1_*'\
 ':SplitPrefillKernelShapes/*H8*:SplitPrefillKernelShapes/*H3*:SplitBf16PrefillKernelShapes/*H8*'\
-':PrefillKernelShapes/*H128_W1_*:FewHeadsShapes/*H5_*:FewHeadsShapes/*H12_*'
+':PrefillKernelShapes/*H128_W1_*:FewHeadsShapes/*H5_*:FewHeadsShapes/*H12_*'\
+':FewHeadsShapes/*H3_*'
     # SANITIZE_FILTER replaces the filter for every tool.
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$B/sparse_swa_tests" --gtest_filter="${SANITIZE_FILTER:-$filter}" --gtest_brief=1 >"$LOGS/sanitize_$tool.log" 2>&1

@@ -444,12 +444,12 @@ constexpr int64_t kMinBf16PrefillItems = 5;
 // tokens of the full waves run whole and the last wave's tokens take slices that spread them over
 // every SM: returns how many (1: none), the last wave's whole tokens (tail_tokens) split, so that
 // tail_tokens x groups x slices <= SMs. bf16_rows: the kernel reads bf16 rows (bf16 caches or
-// decoded keys). The few-heads kernel (bf16 rows at 1..16 heads) is never split.
+// decoded keys; at 1..16 heads the few-heads kernel, whose CTAs walk items as the bf16 kernel's).
 int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, int64_t groups,
                          int64_t max_keys, bool bf16_rows, int64_t* tail_tokens) {
   const int64_t ctas = p.num_tokens * groups;
   const int64_t rest = sms.num_sms > 0 ? ctas % sms.num_sms : 0;
-  if (rest == 0 || (bf16_rows && p.num_heads <= kFewHeads)) return 1;
+  if (rest == 0) return 1;
   // bf16: a walking CTA starts its next item as the last one ends, so a whole tail costs little
   // more than one item's time whatever its size, while the partials and the merge grow with it:
   // slices only for a tail of at most a quarter of the SMs' items (bench/README.md#variant-log,
@@ -582,13 +582,15 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   return plan;
 }
 
-// Few heads (docs/design.md#few-heads): an unsplit prefill plan with a key list per token on bf16
-// rows (bf16 caches, or decoded keys) at 1..16 heads takes the few-heads kernel.
+// Few heads (docs/design.md#few-heads): a prefill plan with a key list per token on bf16 rows
+// (bf16 caches, or decoded keys) at 1..16 heads takes the few-heads kernel, unsplit or with the
+// last wave's slices (whole_tokens > 0), never those that fill the SMs once.
 // SPARSE_SWA_ATTENTION_FEW_HEADS=0 keeps the 64-row bf16 kernel (development A/B, tests).
 bool few_heads_apply(const SparseAttentionParams& p, const DsMlaPlan& plan) {
   static const bool enabled = env_int("SPARSE_SWA_ATTENTION_FEW_HEADS", 1) != 0;
-  return enabled && plan.prefill && reads_bf16_rows(p, plan) && plan.splits == 1 &&
-         plan.query_group == 1 && p.num_heads <= kFewHeads && p.num_tokens > 0;
+  return enabled && plan.prefill && reads_bf16_rows(p, plan) &&
+         (plan.splits == 1 || plan.whole_tokens > 0) && plan.query_group == 1 &&
+         p.num_heads <= kFewHeads && p.num_tokens > 0;
 }
 
 DsMlaPlan choose_plan(const SparseAttentionParams& p, const SmCapacity& sms,

@@ -239,7 +239,8 @@ inline Status encode_head_rows(CUtensorMap& map, const uint16_t* base, int64_t t
 Status launch_prefill_fp8(Args& a, cudaStream_t stream);
 Status launch_prefill_bf16(Args& a, cudaStream_t stream);
 // The few-heads kernel on bf16 rows (attention_ds_mla_prefill_few_heads.cu), for the plans with
-// DsMlaPlan::few_heads: 1..kFewHeads heads, unsplit, a key list per token.
+// DsMlaPlan::few_heads: 1..kFewHeads heads, a key list per token, unsplit or the last wave's
+// slices.
 constexpr int kFewHeads = 16;
 Status launch_prefill_few_heads(Args& a, cudaStream_t stream);
 // Query groups: the union of each group's key lists into a.unions (attention_query_groups.cu),

@@ -15,8 +15,9 @@
 // 256 threads: a math warpgroup (0) and a producer warpgroup (1) that copies each block's bf16
 // rows by cp.async (8 threads a row, as the bf16 kernel) into a ring of kStages 64 KB stages, and
 // each item's Q rows once the math has done the previous item's last QK step. A CTA walks items
-// (one query token, all heads) blockIdx.x, + gridDim.x, ...; the ring's phases count the CTA's
-// blocks over all its items, so the next item's keys load while this one finishes.
+// (one query token, all heads, or a slice of a last-wave token's keys: docs/design.md#splits)
+// blockIdx.x, + gridDim.x, ...; the ring's phases count the CTA's blocks over all its items, so
+// the next item's keys load while this one finishes.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -137,13 +138,13 @@ template <int kN>
 __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid,
                                    const Bars& bars) {
   using L = FewHeadsLayout<kN>;
-  const uint32_t items = static_cast<uint32_t>(a.key_rows);
+  const uint32_t items = static_cast<uint32_t>(launch_items(a));
   const int lane = tid & 31, chunk = tid & 7, group_lane0 = lane & 24;
   const int my_key = copy_key(tid, chunk & 3);  // the key this thread resolves (chunk < 4)
   uint32_t g = 0;                               // the CTA's blocks so far
   for (uint32_t item = blockIdx.x, seq = 0; item < items; item += gridDim.x, ++seq) {
-    start_prefill_cta<false>(a, c, item);
-    settle_prefill_cta<false>(a, c, kBlockKeys);
+    start_prefill_cta<true>(a, c, item);
+    settle_prefill_cta<true>(a, c, kBlockKeys);
     if (seq > 0) ptx::mbar_wait(bars.q_empty(), (seq - 1) & 1);
     // Q: [kN, 512] bf16, rows past the heads as zeros.
     for (int i = tid; i < kN * 64; i += 128) {
@@ -156,10 +157,11 @@ __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int
     }
     ptx::cp_async_mbar_arrive(bars.q_full());
     // Index entries one block ahead (four blocks ahead measured the same).
-    int32_t next = chunk < 4 ? prefill_key_index(a, c, my_key) : -1;
+    int32_t next =
+        chunk < 4 ? prefill_key_index(a, c, prefill_key(c.tile0, 0, kBlockKeys, my_key)) : -1;
     for (int b = 0; b < c.n; ++b, ++g) {
       const int s = static_cast<int>(g % kStages);
-      const int64_t j = int64_t{b} * kBlockKeys + my_key;
+      const int64_t j = prefill_key(c.tile0, b, kBlockKeys, my_key);
       const uint8_t* mine = chunk < 4 ? row_of(a, c, j, next) : nullptr;
       if (chunk < 4) next = prefill_key_index(a, c, j + kBlockKeys);
       if (g >= kStages) ptx::mbar_wait(bars.empty(s), (g / kStages - 1) & 1);
@@ -206,7 +208,7 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
                                const Bars& bars) {
   using L = FewHeadsLayout<kN>;
   constexpr int kJ = kN / 8;  // n-tiles
-  const uint32_t items = static_cast<uint32_t>(a.key_rows);
+  const uint32_t items = static_cast<uint32_t>(launch_items(a));
   const int lane = tid & 31, warp = tid >> 5;
   const int row = 16 * warp + (lane >> 2);
   const uint64_t q_desc = ptx::sw128_desc(c.sbase);
@@ -214,8 +216,8 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
   float* red = reinterpret_cast<float*>(c.base + L::kRedOff);  // [2][4][kN]
   uint32_t g = 0;
   for (uint32_t item = blockIdx.x, seq = 0; item < items; item += gridDim.x, ++seq) {
-    start_prefill_cta<false>(a, c, item);
-    settle_prefill_cta<false>(a, c, kBlockKeys);
+    start_prefill_cta<true>(a, c, item);
+    settle_prefill_cta<true>(a, c, kBlockKeys);
     float o[8][kN / 2];
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
@@ -335,17 +337,30 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
         const int col = 8 * j + 2 * (lane & 3) + e;
         if (col >= c.heads) continue;
         const float total = sums[col] + sums[kN + col] + sums[2 * kN + col] + sums[3 * kN + col];
-        const RowFinish f =
-            finish_row(m[j][e], total, a.sinks != nullptr ? a.sinks + col : nullptr);
         const int64_t out_row = c.t * a.num_heads + col;
-        if (tid < 4) a.lse[out_row] = f.lse;
-        uint16_t* y = a.out + out_row * kHeadDim;
+        if (finished_token(a, c.t)) {
+          const RowFinish f =
+              finish_row(m[j][e], total, a.sinks != nullptr ? a.sinks + col : nullptr);
+          if (tid < 4) a.lse[out_row] = f.lse;
+          uint16_t* y = a.out + out_row * kHeadDim;
 #pragma unroll
-        for (int d = 0; d < 8; ++d) {
+          for (int d = 0; d < 8; ++d) {
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float v = o[d][4 * j + 2 * hh + e] * f.factor;
-            y[64 * d + row + 8 * hh] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+            for (int hh = 0; hh < 2; ++hh) {
+              const float v = o[d][4 * j + 2 * hh + e] * f.factor;
+              y[64 * d + row + 8 * hh] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+            }
+          }
+        } else {
+          // A slice of a last-wave token: unnormalised rows and (max, sum) for the merge kernel.
+          const int64_t first = first_split_row(a);
+          const int64_t prow = c.split * (a.num_tokens * a.num_heads - first) + out_row - first;
+          if (tid < 4) a.partial_ml[prow] = make_float2(m[j][e], total);
+          float* py = a.partial_o + prow * kHeadDim;
+#pragma unroll
+          for (int d = 0; d < 8; ++d) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) py[64 * d + row + 8 * hh] = o[d][4 * j + 2 * hh + e];
           }
         }
       }
@@ -386,7 +401,8 @@ __global__ void __launch_bounds__(kFewThreads, 1)
 
 template <int kN>
 Status launch_few(Args& a, cudaStream_t stream) {
-  // Unsplit (DsMlaPlan::few_heads), so a.cluster_merge is 0: one CTA per item, or walking ones.
+  // Never cluster-merged (DsMlaPlan::few_heads: unsplit, or the last wave's slices through the
+  // merge kernel), so the CTAs walk items, or take one each.
   return launch_prefill_grid<ds_mla_prefill_few_heads_kernel<kN>, true, kFewThreads>(
       a, FewHeadsLayout<kN>::kSmem, stream);
 }

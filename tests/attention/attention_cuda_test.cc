@@ -258,10 +258,14 @@ INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu,
                                            Shape{8, 100, 0, 64, 0, 400, kBf, kBf, true}),
                          shape_name);
 
-// The few-heads kernel (docs/design.md#few-heads): 1..16 heads on bf16 rows, unsplit, the keys in
-// the MMA's M dimension with 8 columns (1-8 heads) or 16 (9-16); more tokens than SMs (each CTA
-// walks items) and fewer, widths 1 to 2048, page sizes 2, 64 and 256, lens 0 and full, -1 holes.
-// SPARSE_SWA_ATTENTION_FEW_HEADS=0 sends the same shapes to the 64-row bf16 kernel.
+// The few-heads kernel (docs/design.md#few-heads): 1..16 heads on bf16 rows, the keys in the
+// MMA's M dimension with 8 columns (1-8 heads) or 16 (9-16); more tokens than SMs (each CTA walks
+// items) and fewer, widths 1 to 2048, page sizes 2, 64 and 256, lens 0 and full, -1 holes. With a
+// workspace past one wave on 132 SMs, the last wave's tokens take slices merged by the merge
+// kernel (docs/design.md#splits): 133 x 8 heads over 640 keys, the last token in 5 slices; 265 x
+// 13 over 700 (two waves + 1: 6 slices, the last of 60 keys); 140 x 3 over 300, the last 8 tokens
+// in 3 slices (128, 128 and 44 keys). SPARSE_SWA_ATTENTION_FEW_HEADS=0 sends the same shapes to
+// the 64-row bf16 kernel.
 INSTANTIATE_TEST_SUITE_P(FewHeadsShapes, AttentionCudaVsCpu,
                          ::testing::Values(Shape{1, 1, 0, 2, 0, 300, kBf, kBf, false},
                                            Shape{5, 63, 100, 64, 2, 200, kBf, kBf, true},
@@ -270,7 +274,10 @@ INSTANTIATE_TEST_SUITE_P(FewHeadsShapes, AttentionCudaVsCpu,
                                            Shape{16, 128, 1024, 64, 256, 300, kBf, kBf, false},
                                            Shape{16, 2048, 0, 64, 0, 20, kBf, kBf, true},
                                            Shape{12, 200, 300, 2, 64, 33, kBf, kBf, true, false,
-                                                 AttentionKernel::kPrefill}),
+                                                 AttentionKernel::kPrefill},
+                                           Shape{8, 128, 512, 64, 64, 133, kBf, kBf, true, true},
+                                           Shape{13, 128, 572, 2, 64, 265, kBf, kBf, false, true},
+                                           Shape{3, 100, 200, 64, 2, 140, kBf, kBf, true, true}),
                          shape_name);
 
 // bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.

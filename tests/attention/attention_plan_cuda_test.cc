@@ -214,11 +214,17 @@ TEST(AttentionPlan, SlicesFitTheDevicesClustersAndEvenOutWaves) {
   expect_last_wave(plan(265, h100, -1), 5, 264, 5 * 1 * 64 * kRow);
   expect_last_wave(plan(4096, h100, -1), 5, 4092, 5 * 4 * 64 * kRow);
   EXPECT_EQ(plan(512, h100, -1).splits, 1);  // 116 items left
-  // The few-heads kernel's calls are never split.
+  // The few-heads kernel's CTAs walk items as the bf16 kernel's do: the same last-wave slices.
   p.num_heads = 16;
   d = plan(133, h100, -1);
-  EXPECT_EQ(d.splits, 1);
+  expect_last_wave(d, 5, 132, 5 * 1 * 16 * kRow);
   EXPECT_EQ(d.few_heads, few_heads_switched_on());
+  d = plan(4096, h100, -1);  // the last 4 tokens in 5 slices
+  expect_last_wave(d, 5, 4092, 5 * 4 * 16 * kRow);
+  EXPECT_EQ(d.few_heads, few_heads_switched_on());
+  EXPECT_EQ(plan(4096, h100, 5 * 4 * 16 * kRow - 1).splits, 1);  // no room: unsplit
+  EXPECT_EQ(plan(4096, h100, 5 * 4 * 16 * kRow - 1).few_heads, few_heads_switched_on());
+  EXPECT_EQ(plan(512, h100, -1).splits, 1);  // 116 items left
   // V4-Flash (64 heads, 640 keys: 10 pairs): 133 tokens: 132 whole, the last in 10 slices.
   p.swa_cache.dtype = p.extra_cache.dtype = CacheDtype::kFp8DsMla;
   p.num_heads = 64;
