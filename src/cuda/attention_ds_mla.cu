@@ -433,6 +433,12 @@ bool decoded_keys_apply(const SparseAttentionParams& p, int64_t slots, int64_t m
 // 140). (A forced prefill kernel keeps clusters, so that the tests reach every cluster size.)
 constexpr int64_t kMinClusterItems = 16;
 
+// The pairs of blocks a row of max_keys keys takes in the prefill kernels, whose slices are whole
+// pairs: of 32-key blocks (fp8_ds_mla rows), of 64-key blocks (bf16 rows).
+int64_t prefill_pairs(int64_t max_keys, bool bf16_rows) {
+  return formulas::ceil_div(max_keys, bf16_rows ? 128 : 64);
+}
+
 // Split calls of bf16 rows take the decode kernel's single tiles below this many items, the
 // prefill kernel's pairs from it on (bench/README.md#variant-log, runs 142-144: V4-Flash at 8
 // tokens 20.3 -> 18.0 µs, at 1 token 14.2 against 16.5).
@@ -455,8 +461,7 @@ int64_t last_wave_slices(const SparseAttentionParams& p, const SmCapacity& sms, 
   // slices only for a tail of at most a quarter of the SMs' items (bench/README.md#variant-log,
   // runs 142-144 and 148).
   if (bf16_rows && 4 * rest > sms.num_sms) return 1;
-  // The kernels' slices are whole pairs: of 32-key blocks (fp8_ds_mla), of 64-key blocks (bf16).
-  const int64_t pairs = formulas::ceil_div(max_keys, bf16_rows ? 128 : 64);
+  const int64_t pairs = prefill_pairs(max_keys, bf16_rows);
   *tail_tokens = formulas::ceil_div(rest, groups);
   const int64_t slices = std::min(pairs, sms.num_sms / (*tail_tokens * groups));
   // Whole, the last wave takes a CTA's overhead + the row's pairs; sliced, the overhead + a slice
@@ -529,7 +534,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   }
   const int64_t max_tiles = (max_keys + kKeys - 1) / kKeys;
   if (ctas == 0 || max_tiles < kMinTilesToSplit) return plan;
-  const int64_t pairs = (max_tiles + 1) / 2;  // of 32-key blocks, the fp8_ds_mla kernel's
+  const int64_t pairs = prefill_pairs(max_keys, false);  // of 32-key blocks
   const int64_t row_bytes = p.num_tokens * p.num_heads * kPartialRowBytes;
   // Development: SPARSE_SWA_ATTENTION_SPLITS=N asks for N prefill-kernel slices (policy A/B).
   static const int asked = env_int("SPARSE_SWA_ATTENTION_SPLITS", 0);
@@ -562,7 +567,7 @@ DsMlaPlan spread_plan(const SparseAttentionParams& p, const SmCapacity& sms,
   int64_t splits = 0;
   if (prefill) {
     // Counted in the kernel's own pairs, so that every slice holds keys.
-    const int64_t kernel_pairs = fp8 ? pairs : formulas::ceil_div(max_keys, 128);
+    const int64_t kernel_pairs = prefill_pairs(max_keys, !fp8);
     int64_t per = even_slice_pairs(kernel_pairs, per_row);
     splits = formulas::ceil_div(kernel_pairs, per);
     // A cluster's slices merge in the kernel, so all of a call's clusters must run at once: a

@@ -198,6 +198,12 @@ __host__ __device__ inline bool finished_token(const Args& a, int64_t t) {
 __host__ __device__ inline int64_t first_split_row(const Args& a) {
   return int64_t{a.whole_tokens} * a.num_heads;
 }
+// Where slice `split` of split row `row` (token x heads + head, >= first_split_row) goes in
+// partial_o (x 512) and partial_ml.
+__host__ __device__ inline int64_t partial_row(const Args& a, int split, int64_t row) {
+  const int64_t first = first_split_row(a);
+  return split * (a.num_tokens * a.num_heads - first) + row - first;
+}
 // `map` describes rows [T][H][512] bf16 at `base` (q or out) in boxes of 64 dims x 64 heads x one
 // token with the 128-byte swizzle (a box is one sw128 column block of a head group). The driver's
 // encoder is looked up once.

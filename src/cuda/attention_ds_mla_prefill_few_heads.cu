@@ -353,8 +353,7 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
           }
         } else {
           // A slice of a last-wave token: unnormalised rows and (max, sum) for the merge kernel.
-          const int64_t first = first_split_row(a);
-          const int64_t prow = c.split * (a.num_tokens * a.num_heads - first) + out_row - first;
+          const int64_t prow = partial_row(a, c.split, out_row);
           if (tid < 4) a.partial_ml[prow] = make_float2(m[j][e], total);
           float* py = a.partial_o + prow * kHeadDim;
 #pragma unroll

@@ -33,8 +33,7 @@ __device__ __forceinline__ RowOut row_out(const Args& a, const Cta<L>& c, int r,
     o.y = a.out + row * kHeadDim;
     if (writer) a.lse[row] = f.lse;
   } else {
-    const int64_t first = first_split_row(a);
-    const int64_t prow = c.split * (a.num_tokens * a.num_heads - first) + row - first;
+    const int64_t prow = partial_row(a, c.split, row);
     o.py = a.partial_o + prow * kHeadDim;
     o.factor = 1.0f;
     if (writer) a.partial_ml[prow] = make_float2(m, l);
