@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# ncu of one launch of our bf16 prefill kernel beside one of FlashMLA's flash_mla_sparse_fwd on
+# the same shape (same sections, same clocks), so that their instruction mixes, pipe use and
+# stalls can be read side by side. On the GPU machine, from the repo root:
+#   scripts/gpu/ncu_beside_flashmla.sh [SHAPE]     (default prefill_h64_t4096_bf16)
+# Needs .gpu-bin/ (scripts/gpu/build.sh) and .whl/ (the sgl-flash-mla wheel). Reports go to $OUT.
+set -uo pipefail
+B=${BIN:-.gpu-bin}
+OUT=${OUT:-/tmp/sparse_swa_out}
+shape=${1:-prefill_h64_t4096_bf16}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
+  --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis
+  --section LaunchStats --section Occupancy)
+metrics=smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor_op_gmma.sum,\
+sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
+smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,\
+smsp__sass_inst_executed_op_shared_ld.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum,\
+sass__inst_executed_per_opcode
+summary() {
+  grep -E "Duration|Elapsed Cycles|Executed Ipc|Issue Slots|Tensor|Registers|inst_executed|\
+pipe_tensor|shared_ld|shared_st|per_opcode|No Eligible|Warp Cycles Per Issued|Stall|Executed Instructions " \
+    "$1" | head -60
+}
+timeout 240 ncu --clock-control none "${sections[@]}" --metrics "$metrics" \
+  --print-metric-instances values -k regex:ds_mla_prefill_bf16 --launch-skip 1 --launch-count 1 \
+  "$B/sparse_swa_attention_bench" --only "$shape" --runs 2 >"$OUT/ncu_ours.txt" 2>&1
+echo "== ours: exit $?"
+summary "$OUT/ncu_ours.txt"
+PYTHONPATH=/tmp/site timeout 240 ncu --clock-control none "${sections[@]}" --metrics "$metrics" \
+  --print-metric-instances values -k regex:sparse_attn_fwd --launch-skip 1 --launch-count 1 \
+  python3 bench/flashmla_bench.py --only "$shape" --runs 2 >"$OUT/ncu_flashmla.txt" 2>&1
+echo "== FlashMLA: exit $?"
+summary "$OUT/ncu_flashmla.txt"
