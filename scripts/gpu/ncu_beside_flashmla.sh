@@ -15,22 +15,20 @@ sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section Ins
   --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis
   --section LaunchStats --section Occupancy)
 metrics=smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor_op_gmma.sum,\
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,\
 smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,\
-smsp__sass_inst_executed_op_shared_ld.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum,\
-sass__inst_executed_per_opcode
+smsp__sass_inst_executed_op_shared_ld.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum
 summary() {
   grep -E "Duration|Elapsed Cycles|Executed Ipc|Issue Slots|Tensor|Registers|inst_executed|\
-pipe_tensor|shared_ld|shared_st|per_opcode|No Eligible|Warp Cycles Per Issued|Stall|Executed Instructions " \
-    "$1" | head -60
+shared_ld|shared_st|No Eligible|Warp Cycles Per Issued|Stall|Executed Instructions " "$1" | head -60
 }
-timeout 240 ncu --clock-control none "${sections[@]}" --metrics "$metrics" \
-  --print-metric-instances values -k regex:ds_mla_prefill_bf16 --launch-skip 1 --launch-count 1 \
-  "$B/sparse_swa_attention_bench" --only "$shape" --runs 2 >"$OUT/ncu_ours.txt" 2>&1
-echo "== ours: exit $?"
-summary "$OUT/ncu_ours.txt"
-PYTHONPATH=/tmp/site timeout 240 ncu --clock-control none "${sections[@]}" --metrics "$metrics" \
-  --print-metric-instances values -k regex:sparse_attn_fwd --launch-skip 1 --launch-count 1 \
-  python3 bench/flashmla_bench.py --only "$shape" --runs 2 >"$OUT/ncu_flashmla.txt" 2>&1
-echo "== FlashMLA: exit $?"
-summary "$OUT/ncu_flashmla.txt"
+# profile NAME KERNEL_REGEX COMMAND...: one launch (the second) into $OUT/ncu_NAME.txt, summarised.
+profile() {
+  local name=$1 kernel=$2
+  shift 2
+  timeout 240 ncu --clock-control none "${sections[@]}" --metrics "$metrics" -k "regex:$kernel" \
+    --launch-skip 1 --launch-count 1 "$@" --only "$shape" --runs 2 >"$OUT/ncu_$name.txt" 2>&1
+  echo "== $name: exit $?"
+  summary "$OUT/ncu_$name.txt"
+}
+profile ours ds_mla_prefill_bf16 "$B/sparse_swa_attention_bench"
+PYTHONPATH=/tmp/site profile flashmla sparse_attn_fwd python3 bench/flashmla_bench.py
