@@ -126,6 +126,26 @@ __device__ __forceinline__ int copy_key(int tid, int i) {
   return 16 * (tid >> 5) + 4 * i + ((tid >> 3) & 3);
 }
 
+// A math warpgroup's P [64 rows, 8 kChunks keys] bf16 into shared memory at p_base (128-byte
+// rows, swizzled like a K column block) for the other warpgroup's P V. pa[2 j + hh]: rows row +
+// 8 hh (row = 16 (tid / 32) + lane / 4), keys 8 j + 2 (lane % 4) + {0, 1}, i.e. this lane's part
+// of the 8x8 block (warp's rows 8 hh.., keys 8 j..), so one stmatrix x4 stores blocks j, j + 1 of
+// both row halves; lane L gives row L % 8 of block L / 8.
+template <int kChunks>
+__device__ __forceinline__ void store_p_sw128(const uint32_t (&pa)[2 * kChunks], uint32_t p_base,
+                                              int tid) {
+  const int lane = tid & 31;
+  const int r = 16 * (tid >> 5) + (lane & 7) + 8 * ((lane >> 3) & 1);
+  // Block j + (lane / 16)'s 16 bytes of row r: chunk (j + lane / 16) ^ (r % 8), j even.
+  const uint32_t row_addr = p_base + r * 128;
+  const int c0 = (lane >> 4) ^ (lane & 7);
+#pragma unroll
+  for (int j = 0; j < kChunks; j += 2) {
+    const uint32_t regs[4] = {pa[2 * j], pa[2 * j + 1], pa[2 * j + 2], pa[2 * j + 3]};
+    ptx::stmatrix_x4(row_addr + ((j ^ c0) << 4), regs);
+  }
+}
+
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>

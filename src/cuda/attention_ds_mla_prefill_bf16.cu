@@ -297,7 +297,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
   const uint64_t my_v = ptx::sw128_desc(my_k, BL::kColBlock, 1024);
   const uint64_t other_v = ptx::sw128_desc(other_k, BL::kColBlock, 1024);
   const uint64_t other_p = ptx::sw128_desc(c.sbase + BL::kPOff + (1 - w) * BL::kPBytes);
-  uint8_t* my_p = c.base + BL::kPOff + w * BL::kPBytes;
+  const uint32_t my_p = c.sbase + BL::kPOff + w * BL::kPBytes;
   float o[2][64];
 #pragma unroll
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
@@ -338,15 +338,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
   // pa[2j + hh]: row + 8 hh, keys 8 j + 2 (lane % 4) + {0, 1}: the A fragments of P V.
   uint32_t pa[16];
   const auto store_p = [&] {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row + 8 * hh;
-        *reinterpret_cast<uint32_t*>(my_p + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
-            pa[2 * j + hh];
-      }
-    }
+    store_p_sw128<8>(pa, my_p, tid);
     ptx::fence_proxy_async();
   };
   const auto own_pv = [&] {
@@ -452,7 +444,6 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
         m[hh] = mp;
         l[hh] *= f[hh];
       }
-      rescale_o(f);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -462,6 +453,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       }
       store_p();
       ptx::mbar_arrive(handoff_bar(c, kP0));
+      rescale_o(f);  // after P_0's handoff: warpgroup 1's P_0 V_0 need not wait for it
       ptx::mbar_wait(handoff_bar(c, kP1), g & 1);
       other_pv();
       ptx::wgmma_wait<0>();

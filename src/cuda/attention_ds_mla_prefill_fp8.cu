@@ -413,16 +413,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
     // For the other warpgroup: P in 128-byte rows, swizzled like a K column block.
-    uint8_t* pt = c.base + PL::kPOff + w * kPBytes;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row + 8 * hh;
-        *reinterpret_cast<uint32_t*>(pt + r * 128 + ((j ^ (r & 7)) << 4) + 4 * (lane & 3)) =
-            pa[2 * j + hh];
-      }
-    }
+    store_p_sw128<4>(pa, c.sbase + PL::kPOff + w * kPBytes, tid);
     ptx::fence_proxy_async();
     const auto own_pv = [&] {  // P_w V_w, P from registers
       ptx::wgmma_fence();
