@@ -432,9 +432,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
     for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
     own_pv();
     if constexpr (w == 0) {
-      ptx::wgmma_wait<0>();
-      ptx::mbar_arrive(free_bar(c, 0, 0));  // block 0's half L: QK and own P V done
-      // The pair's maximum: O, l and P_0 move to it.
+      // The pair's maximum: P_0 moves to it and goes to warpgroup 1 while the own P V still runs
+      // (in registers of its own: that wgmma reads pa), then O and l move once it is done.
       ptx::mbar_wait(handoff_bar(c, kMax1), g & 1);
       float f[2];
 #pragma unroll
@@ -444,16 +443,20 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
         m[hh] = mp;
         l[hh] *= f[hh];
       }
+      uint32_t p0[16];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          pa[2 * j + hh] = pack_bf16(s[4 * j + 2 * hh] * f[hh], s[4 * j + 2 * hh + 1] * f[hh]);
+          p0[2 * j + hh] = pack_bf16(s[4 * j + 2 * hh] * f[hh], s[4 * j + 2 * hh + 1] * f[hh]);
         }
       }
-      store_p();
+      store_p_sw128<8>(p0, my_p, tid);
+      ptx::fence_proxy_async();
       ptx::mbar_arrive(handoff_bar(c, kP0));
-      rescale_o(f);  // after P_0's handoff: warpgroup 1's P_0 V_0 need not wait for it
+      ptx::wgmma_wait<0>();
+      ptx::mbar_arrive(free_bar(c, 0, 0));  // block 0's half L: QK and own P V done
+      rescale_o(f);
       ptx::mbar_wait(handoff_bar(c, kP1), g & 1);
       other_pv();
       ptx::wgmma_wait<0>();
