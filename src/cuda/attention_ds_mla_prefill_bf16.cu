@@ -395,14 +395,16 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
     }
-    // The maximum P is taken against: for warpgroup 0 the running maximum and its block's; for
-    // warpgroup 1 also warpgroup 0's, which makes it the pair's.
+    // The maximum P is taken against: for warpgroup 0 the running maximum moved by its block's;
+    // for warpgroup 1 moved by warpgroup 0's too, which makes it the pair's. It moves only by
+    // more than kMaxLag (next_max), so that most pairs rescale no O.
     float m_new[2];
     if constexpr (w == 1) ptx::mbar_wait(handoff_bar(c, kMax0), g & 1);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      m_new[hh] = fmaxf(m[hh], mx[hh]);
-      if constexpr (w == 1) m_new[hh] = fmaxf(m_new[hh], maxes[row + 8 * hh]);
+      float block = mx[hh];
+      if constexpr (w == 1) block = fmaxf(block, maxes[row + 8 * hh]);
+      m_new[hh] = next_max(m[hh], block);
       if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = m_new[hh];
     }
     ptx::mbar_arrive(handoff_bar(c, w == 0 ? kMax0 : kMax1));

@@ -377,7 +377,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     float corr[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float m_new = fmaxf(
+      const float m_new = next_max(  // moves by more than kMaxLag only: most blocks rescale no O
           m[hh], fmaxf(mx[hh], lockstep ? maxes[(1 - w) * kGroupHeads + row + 8 * hh] : mx[hh]));
       corr[hh] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new);
       m[hh] = m_new;
