@@ -154,26 +154,50 @@ __device__ __forceinline__ bool merges_in_cluster(const Args& a) {
 }
 
 // The end of math warpgroup w's pair loop: the row sums of both warpgroups, (max, sum) for
-// row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l:
-// this thread's part of warpgroup w's sums; row: the thread's first accumulator row (and row + 8).
+// row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l,
+// lr: this thread's part of warpgroup w's sums of P and of P rounded to bf16; row: the thread's
+// first accumulator row (and row + 8).
 template <class L>
 __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>& c,
-                                                    const float (&o)[2][64], const float (&m)[2],
-                                                    float (&l)[2], int w, int row, int lane,
-                                                    int tid) {
-  float* sums = reinterpret_cast<float*>(c.base + L::kSumOff);  // [2][64]
+                                                    float (&o)[2][64], const float (&m)[2],
+                                                    float (&l)[2], float (&lr)[2], int w, int row,
+                                                    int lane, int tid) {
+  float* sums = reinterpret_cast<float*>(c.base + L::kSumOff);                 // [2][64]
+  float* rounded_sums = reinterpret_cast<float*>(c.base + L::kRoundedSumOff);  // [2][64]
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
     l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-    if ((lane & 3) == 0) sums[w * kGroupHeads + row + 8 * hh] = l[hh];
+    lr[hh] += __shfl_xor_sync(0xffffffffu, lr[hh], 1);
+    lr[hh] += __shfl_xor_sync(0xffffffffu, lr[hh], 2);
+    if ((lane & 3) == 0) {
+      sums[w * kGroupHeads + row + 8 * hh] = l[hh];
+      rounded_sums[w * kGroupHeads + row + 8 * hh] = lr[hh];
+    }
   }
   ptx::named_barrier(6, 256);
-  if (w == 0 && (lane & 3) == 0) {
-    float2* ml = reinterpret_cast<float2*>(c.base + L::kMlOff);  // [64] (max, sum)
+  // O holds the sum of V weighted by P rounded to bf16: scaled by l / lr, the weights that out =
+  // O / l applies sum to one, as they would with the exact P, while the lse keeps the exact sum
+  // (docs/design.md#attention-precision).
+  float ratio[2];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      ml[row + 8 * hh] = make_float2(m[hh], l[hh] + sums[kGroupHeads + row + 8 * hh]);
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = row + 8 * hh;
+    const float total = sums[r] + sums[kGroupHeads + r];
+    const float rounded = rounded_sums[r] + rounded_sums[kGroupHeads + r];
+    ratio[hh] = rounded > 0.0f ? total / rounded : 1.0f;
+    if (w == 0 && (lane & 3) == 0) {
+      reinterpret_cast<float2*>(c.base + L::kMlOff)[row + 8 * hh] = make_float2(m[hh], total);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      o[h][4 * j] *= ratio[0];
+      o[h][4 * j + 1] *= ratio[0];
+      o[h][4 * j + 2] *= ratio[1];
+      o[h][4 * j + 3] *= ratio[1];
     }
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free

@@ -63,8 +63,11 @@ struct Bf16PrefillLayout {
   static constexpr int kPOff = kKOff + 2 * kBufBytes;     // P of warpgroup 0, 1
   static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32: warpgroup 0's max, pair's
   static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
-  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum), row_out's
-  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;      // [2] uint64 valid-key masks
+  // [2][64] fp32 sums of P rounded to bf16, over the maxima at an item's end: each warpgroup's
+  // maxima were last read before the other's P handoff, which it waited for.
+  static constexpr int kRoundedSumOff = kMaxOff;
+  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;  // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;     // [2] uint64 valid-key masks
   // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, the handoffs between the math
   // warpgroups (kMax0, kMax1, kP0, kP1), then Q's arrival and Q's release.
   static constexpr int kBarOff = kMaskOff + 16;
@@ -302,7 +305,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
 #pragma unroll
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.0f, 0.0f};
+  float l[2] = {0.0f, 0.0f};                   // sums of P
+  float lr[2] = {0.0f, 0.0f};                  // sums of P rounded to bf16, as P V takes it
   const uint32_t end = pair0 + (c.n + 1) / 2;  // the CTA's pairs after this item
   float s[32];
   // S of this warpgroup's block of the CTA's pair g: warpgroup 0 reads half L first, 1 half R
@@ -395,16 +399,14 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
     }
-    // The maximum P is taken against: for warpgroup 0 the running maximum moved by its block's;
-    // for warpgroup 1 moved by warpgroup 0's too, which makes it the pair's. It moves only by
-    // more than kMaxLag (next_max), so that most pairs rescale no O.
+    // The maximum P is taken against, moved only by more than kMaxLag (next_max), so that most
+    // pairs rescale no O: warpgroup 0 moves the running maximum by its block's, warpgroup 1 moves
+    // warpgroup 0's by its own, which makes it the pair's.
     float m_new[2];
     if constexpr (w == 1) ptx::mbar_wait(handoff_bar(c, kMax0), g & 1);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float block = mx[hh];
-      if constexpr (w == 1) block = fmaxf(block, maxes[row + 8 * hh]);
-      m_new[hh] = next_max(m[hh], block);
+      m_new[hh] = next_max(w == 0 ? m[hh] : maxes[row + 8 * hh], mx[hh]);
       if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = m_new[hh];
     }
     ptx::mbar_arrive(handoff_bar(c, w == 0 ? kMax0 : kMax1));
@@ -415,8 +417,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       m[hh] = m_new[hh];
     }
     rescale_o(corr);
-    // P (fp32 in s) and its bf16 fragments; the sum takes P before rounding.
-    float sum[2] = {0.0f, 0.0f};
+    // P (fp32 in s) and its bf16 fragments, summed before and after rounding.
+    float sum[2] = {0.0f, 0.0f}, rsum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -428,10 +430,15 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
         p1 = none ? 0.0f : fast_exp2(p1 - m[hh]);
         sum[hh] += p0 + p1;
         pa[2 * j + hh] = pack_bf16(p0, p1);
+        const float2 r = unpack_bf16(pa[2 * j + hh]);
+        rsum[hh] += r.x + r.y;
       }
     }
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
+    for (int hh = 0; hh < 2; ++hh) {
+      l[hh] = l[hh] * corr[hh] + sum[hh];
+      lr[hh] = lr[hh] * corr[hh] + rsum[hh];
+    }
     own_pv();
     if constexpr (w == 0) {
       // The pair's maximum: P_0 moves to it and goes to warpgroup 1 while the own P V still runs
@@ -444,6 +451,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
         f[hh] = mp == -INFINITY ? 1.0f : fast_exp2(m[hh] - mp);
         m[hh] = mp;
         l[hh] *= f[hh];
+        lr[hh] *= f[hh];
       }
       uint32_t p0[16];
 #pragma unroll
@@ -479,7 +487,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       ptx::mbar_arrive(free_bar(c, 0, 1));  // block 0's half R: P_0 V_0 done
     }
   }
-  finish_prefill_rows(a, c, o, m, l, w, row, lane, tid);
+  finish_prefill_rows(a, c, o, m, l, lr, w, row, lane, tid);
   return end;
 }
 

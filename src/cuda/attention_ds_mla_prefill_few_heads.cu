@@ -273,7 +273,7 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
           const int col = 8 * j + 2 * (lane & 3) + e;
           const float bm =
               fmaxf(fmaxf(rb[col], rb[kN + col]), fmaxf(rb[2 * kN + col], rb[3 * kN + col]));
-          const float mn = next_max(m[j][e], bm);  // most blocks rescale no O
+          const float mn = fmaxf(m[j][e], bm);
           corr[j][e] = mn == -INFINITY ? 1.0f : fast_exp2(m[j][e] - mn);
           moved |= corr[j][e] != 1.0f;
           m[j][e] = mn;
