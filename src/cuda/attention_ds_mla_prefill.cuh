@@ -155,8 +155,8 @@ __device__ __forceinline__ bool merges_in_cluster(const Args& a) {
 
 // The end of math warpgroup w's pair loop: the row sums of both warpgroups, (max, sum) for
 // row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l,
-// lr: this thread's part of warpgroup w's sums of P and of P rounded to bf16; row: the thread's
-// first accumulator row (and row + 8).
+// lr: this thread's part of warpgroup w's sums of P, and of P with each block's largest P rounded
+// to bf16 as P V took it; row: the thread's first accumulator row (and row + 8).
 template <class L>
 __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>& c,
                                                     float (&o)[2][64], const float (&m)[2],
@@ -176,9 +176,9 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
     }
   }
   ptx::named_barrier(6, 256);
-  // O holds the sum of V weighted by P rounded to bf16: scaled by l / lr, the weights that out =
-  // O / l applies sum to one, as they would with the exact P, while the lse keeps the exact sum
-  // (docs/design.md#attention-precision).
+  // O holds V weighted by P rounded to bf16, whose largest weights the running maximum no longer
+  // keeps at exactly 1: scaled by l / lr, O / l weighs a key that dominates a row by one, as with
+  // the exact maximum, while the lse keeps the exact sum (docs/design.md#attention-precision).
   float ratio[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {

@@ -305,8 +305,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
 #pragma unroll
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.0f, 0.0f};                   // sums of P
-  float lr[2] = {0.0f, 0.0f};                  // sums of P rounded to bf16, as P V takes it
+  float l[2] = {0.0f, 0.0f};   // sums of P
+  float lr[2] = {0.0f, 0.0f};  // the same plus each block's largest P's rounding to bf16
   const uint32_t end = pair0 + (c.n + 1) / 2;  // the CTA's pairs after this item
   float s[32];
   // S of this warpgroup's block of the CTA's pair g: warpgroup 0 reads half L first, 1 half R
@@ -417,8 +417,8 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       m[hh] = m_new[hh];
     }
     rescale_o(corr);
-    // P (fp32 in s) and its bf16 fragments, summed before and after rounding.
-    float sum[2] = {0.0f, 0.0f}, rsum[2] = {0.0f, 0.0f};
+    // P (fp32 in s) and its bf16 fragments; the sum takes P before rounding.
+    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -430,14 +430,13 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
         p1 = none ? 0.0f : fast_exp2(p1 - m[hh]);
         sum[hh] += p0 + p1;
         pa[2 * j + hh] = pack_bf16(p0, p1);
-        const float2 r = unpack_bf16(pa[2 * j + hh]);
-        rsum[hh] += r.x + r.y;
       }
     }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       l[hh] = l[hh] * corr[hh] + sum[hh];
-      lr[hh] = lr[hh] * corr[hh] + rsum[hh];
+      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);  // the largest P
+      lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
     }
     own_pv();
     if constexpr (w == 0) {

@@ -320,7 +320,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
   for (int k = 0; k < 64; ++k) o[0][k] = o[1][k] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY};  // running max, log2 units (the same in both warpgroups)
   float l[2] = {0.0f, 0.0f};            // this thread's part of this warpgroup's sum
-  float lr[2] = {0.0f, 0.0f};           // the same of P rounded to bf16, as P V takes it
+  float lr[2] = {0.0f, 0.0f};           // the same plus each block's largest P's rounding
   for (int p = 0; 2 * p < c.n; ++p) {
     const int mine = 2 * (p & 1) + w, theirs = 2 * (p & 1) + 1 - w;
     const uint32_t my_k = c.sbase + PL::kKOff + mine * PL::kBufBytes;
@@ -397,10 +397,10 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
       }
     }
     // P in bf16: pa[2j] = row's columns 8j + 2 (lane % 4) + {0, 1}, pa[2j + 1] the same of
-    // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3]. P is summed before
-    // rounding (the lse stays exact) and after (O's weights; docs/design.md#attention-precision).
+    // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3]. The sum takes P
+    // before rounding (the lse stays exact; docs/design.md#attention-precision).
     uint32_t pa[8];
-    float sum[2] = {0.0f, 0.0f}, rsum[2] = {0.0f, 0.0f};
+    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -410,14 +410,13 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
         const float p1 = none ? 0.0f : fast_exp2(s[4 * j + 2 * hh + 1] - m[hh]);
         sum[hh] += p0 + p1;
         pa[2 * j + hh] = pack_bf16(p0, p1);
-        const float2 r = unpack_bf16(pa[2 * j + hh]);
-        rsum[hh] += r.x + r.y;
       }
     }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       l[hh] = l[hh] * corr[hh] + sum[hh];
-      lr[hh] = lr[hh] * corr[hh] + rsum[hh];
+      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);  // the largest P
+      lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
     }
     // For the other warpgroup: P in 128-byte rows, swizzled like a K column block.
     store_p_sw128<4>(pa, c.sbase + PL::kPOff + w * kPBytes, tid);

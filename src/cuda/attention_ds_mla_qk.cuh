@@ -28,6 +28,11 @@ __device__ __forceinline__ float fast_exp2(float x) {  // 2^x, -inf -> 0
   return y;
 }
 
+// What rounding to bf16 adds to p (P V takes P rounded; docs/design.md#attention-precision).
+__device__ __forceinline__ float bf16_rounding(float p) {
+  return __bfloat162float(__float2bfloat16_rn(p)) - p;
+}
+
 // The running max after a block whose own max is `block`: the old one unless the block's exceeds
 // it by more than kMaxLag (log2 units), so that most blocks rescale no accumulator. P = 2^(s - max)
 // then stays below 2^kMaxLag; O and the sum carry the same factor, which the finish divides out
