@@ -190,21 +190,21 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
       reinterpret_cast<float2*>(c.base + L::kMlOff)[row + 8 * hh] = make_float2(m[hh], total);
     }
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      o[h][4 * j] *= ratio[0];
-      o[h][4 * j + 1] *= ratio[0];
-      o[h][4 * j + 2] *= ratio[1];
-      o[h][4 * j + 3] *= ratio[1];
-    }
-  }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
   if (merges_in_cluster<L>(a)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[h][4 * j] *= ratio[0];
+        o[h][4 * j + 1] *= ratio[0];
+        o[h][4 * j + 2] *= ratio[1];
+        o[h][4 * j + 3] *= ratio[1];
+      }
+    }
     stash_rows(c, o, w, row, lane);  // merged at the end of run_prefill_roles
   } else {
-    write_rows(a, c, o, w, row, lane, 128 * w + tid);
+    write_rows(a, c, o, w, row, lane, 128 * w + tid, ratio);
   }
 }
 

@@ -435,10 +435,13 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       l[hh] = l[hh] * corr[hh] + sum[hh];
+    }
+    own_pv();
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {                                            // while P V runs
       const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);  // the largest P
       lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
     }
-    own_pv();
     if constexpr (w == 0) {
       // The pair's maximum: P_0 moves to it and goes to warpgroup 1 while the own P V still runs
       // (in registers of its own: that wgmma reads pa), then O and l move once it is done.

@@ -17,7 +17,7 @@ namespace sparse_swa::detail::ds_mla {
 struct RowOut {
   uint16_t* y = nullptr;  // [512] bf16, or nullptr when partial
   float* py = nullptr;    // [512] fp32 partial
-  float factor = 0.0f;
+  float factor = 0.0f;    // every value is multiplied by it
 };
 // Row r of the group; `writer` also stores its lse / (max, sum).
 template <class L>
@@ -44,7 +44,7 @@ __device__ __forceinline__ void put2(const RowOut& o, int d, float x, float y) {
   if (o.y != nullptr) {
     *reinterpret_cast<uint32_t*>(o.y + d) = pack_bf16(x * o.factor, y * o.factor);
   } else {
-    *reinterpret_cast<float2*>(o.py + d) = make_float2(x, y);
+    *reinterpret_cast<float2*>(o.py + d) = make_float2(x * o.factor, y * o.factor);
   }
 }
 
@@ -140,13 +140,14 @@ __device__ void pv_mma(const Args& a, const Cta<L>& c, int v, int lane) {
 template <class L, class Put>
 __device__ __forceinline__ void for_each_pair(const Args& a, const Cta<L>& c,
                                               const float (&o)[2][64], int g, int row, int lane,
-                                              Put put) {
+                                              const float (&row_scale)[2], Put put) {
   const int d0 = 256 * g;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row + 8 * half;
     if (r >= c.heads) continue;
-    const RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+    RowOut ro = row_out(a, c, r, g == 0 && (lane & 3) == 0);
+    ro.factor *= row_scale[half];
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       put(r, ro, d0 + j * 8 + 2 * (lane & 3), o[j >> 4][4 * (j & 15) + 2 * half],
@@ -184,7 +185,8 @@ __device__ __forceinline__ int rows_stage_off(int g) {
 // rows in 16-byte pieces instead (the launcher refuses an `out` that is not 16-byte aligned).
 template <class L>
 __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
-                                           int g, int row, int lane, int tid256) {
+                                           int g, int row, int lane, int tid256,
+                                           const float (&row_scale)[2]) {
   uint8_t* tile = c.base + kQOff;
   if constexpr (!L::kQueryGroups) {
     const float2* ml = reinterpret_cast<const float2*>(c.base + L::kMlOff);
@@ -198,7 +200,7 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
       const RowFinish f =
           finish_row(ml[r].x, ml[r].y, a.sinks != nullptr && real ? a.sinks + head : nullptr);
       if (g == 0 && (lane & 3) == 0 && real) a.lse[c.t * a.num_heads + head] = f.lse;
-      factor[half] = f.factor;
+      factor[half] = f.factor * row_scale[half];
     }
     constexpr int kRounds = rows_rounds<L>(), kBlocks = 4 / kRounds;  // column blocks a round
     const int stage = rows_stage_off<L>(g);
@@ -231,7 +233,7 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
       if (kRounds > 1) ptx::named_barrier(7 + g, 128);
     }
   } else {
-    for_each_pair(a, c, o, g, row, lane,
+    for_each_pair(a, c, o, g, row, lane, row_scale,
                   [tile](int r, const RowOut& ro, int col, float x, float y) {
                     *reinterpret_cast<uint32_t*>(tile + sw128(r, col, kGroupHeads)) =
                         pack_bf16(x * ro.factor, y * ro.factor);
@@ -246,18 +248,20 @@ __device__ __forceinline__ void store_rows(const Args& a, const Cta<L>& c, const
   }
 }
 
-// The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8),
-// finished (unsplit calls, and the whole tokens of a last-wave split) or partial; tid256 = the
-// thread's index among the 256 threads of the two warpgroups that hold a group's O.
+// The rows of warpgroup g's accumulators (dims 256 g + [0, 256) of rows `row` and row + 8, each
+// times its row_scale), finished (unsplit calls, and the whole tokens of a last-wave split) or
+// partial; tid256 = the thread's index among the 256 threads of the two warpgroups that hold a
+// group's O.
 template <class L>
 __device__ __forceinline__ void write_rows(const Args& a, const Cta<L>& c, const float (&o)[2][64],
-                                           int g, int row, int lane, int tid256) {
+                                           int g, int row, int lane, int tid256,
+                                           const float (&row_scale)[2]) {
   if (finished_token(a, c.t) && c.heads > 32) {
-    store_rows(a, c, o, g, row, lane, tid256);
+    store_rows(a, c, o, g, row, lane, tid256, row_scale);
   } else {
     // Partials and small groups: straight from the fragments (the shared-memory pass measured
     // slower there; bench/README.md#variant-log, run 26).
-    for_each_pair(a, c, o, g, row, lane,
+    for_each_pair(a, c, o, g, row, lane, row_scale,
                   [](int, const RowOut& ro, int col, float x, float y) { put2(ro, col, x, y); });
   }
 }
@@ -321,7 +325,7 @@ __device__ void pv_wgmma(const Args& a, const Cta<L>& c, int g, int w, int lane)
   }
   ptx::named_barrier(2, 384);  // (max, sum) of every row are in shared memory
   clk.lap(4);
-  write_rows(a, c, o, g, row, lane, static_cast<int>(threadIdx.x) - 256);
+  write_rows(a, c, o, g, row, lane, static_cast<int>(threadIdx.x) - 256, {1.0f, 1.0f});
   clk.lap(5);
   clk.store(c.n);
 }
