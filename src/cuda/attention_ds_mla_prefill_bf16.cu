@@ -63,8 +63,9 @@ struct Bf16PrefillLayout {
   static constexpr int kPOff = kKOff + 2 * kBufBytes;     // P of warpgroup 0, 1
   static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32: warpgroup 0's max, pair's
   static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
-  // [2][64] fp32 sums of P rounded to bf16, over the maxima at an item's end: each warpgroup's
-  // maxima were last read before the other's P handoff, which it waited for.
+  // [2][64] fp32 row sums with the rounding of each block's largest P (finish_prefill_rows), in
+  // the maxima's place at an item's end: each warpgroup's maxima were last read before the
+  // other's P handoff, which it waited for before its last P V.
   static constexpr int kRoundedSumOff = kMaxOff;
   static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;  // [64] (max, sum), row_out's
   static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;     // [2] uint64 valid-key masks
@@ -433,13 +434,12 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       }
     }
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      l[hh] = l[hh] * corr[hh] + sum[hh];
-    }
+    for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
     own_pv();
+    // While P V runs: lr takes the block's largest P as P V does, rounded.
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {                                            // while P V runs
-      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);  // the largest P
+    for (int hh = 0; hh < 2; ++hh) {
+      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);
       lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
     }
     if constexpr (w == 0) {

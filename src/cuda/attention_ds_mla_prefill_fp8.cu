@@ -56,7 +56,7 @@ struct PrefillBuffers {
   static constexpr int kPOff = kKOff + kBuffers * kBufBytes;
   static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32 row maxima of a pair
   static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;         // [2][64] fp32 row sums
-  static constexpr int kRoundedSumOff = kSumOff + 2 * kGroupHeads * 4;  // the same of bf16 P
+  static constexpr int kRoundedSumOff = kSumOff + 2 * kGroupHeads * 4;  // + the top's rounding
   static constexpr int kMlOff = kRoundedSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum)
   static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;             // valid-key masks
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes % 1024 == 0);
