@@ -146,6 +146,21 @@ __device__ __forceinline__ void store_p_sw128(const uint32_t (&pa)[2 * kChunks],
   }
 }
 
+// A math thread's part of O (its two rows, row and row + 8, of warpgroup w's dims 256 w + [0,
+// 256)), the first row times f[0], the second times f[1].
+__device__ __forceinline__ void scale_rows(float (&o)[2][64], const float (&f)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      o[h][4 * j] *= f[0];
+      o[h][4 * j + 1] *= f[0];
+      o[h][4 * j + 2] *= f[1];
+      o[h][4 * j + 3] *= f[1];
+    }
+  }
+}
+
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>
@@ -192,16 +207,7 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
   if (merges_in_cluster<L>(a)) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        o[h][4 * j] *= ratio[0];
-        o[h][4 * j + 1] *= ratio[0];
-        o[h][4 * j + 2] *= ratio[1];
-        o[h][4 * j + 3] *= ratio[1];
-      }
-    }
+    scale_rows(o, ratio);
     stash_rows(c, o, w, row, lane);  // merged at the end of run_prefill_roles
   } else {
     write_rows(a, c, o, w, row, lane, 128 * w + tid, ratio);

@@ -327,18 +327,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
     ptx::wgmma_commit();
   };
   const auto rescale_o = [&](const float(&f)[2]) {
-    if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          o[h][4 * j] *= f[0];
-          o[h][4 * j + 1] *= f[0];
-          o[h][4 * j + 2] *= f[1];
-          o[h][4 * j + 3] *= f[1];
-        }
-      }
-    }
+    if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) scale_rows(o, f);
   };
   // pa[2j + hh]: row + 8 hh, keys 8 j + 2 (lane % 4) + {0, 1}: the A fragments of P V.
   uint32_t pa[16];

@@ -384,18 +384,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
       corr[hh] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new);
       m[hh] = m_new;
     }
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          o[h][4 * j] *= corr[0];
-          o[h][4 * j + 1] *= corr[0];
-          o[h][4 * j + 2] *= corr[1];
-          o[h][4 * j + 3] *= corr[1];
-        }
-      }
-    }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) scale_rows(o, corr);
     // P in bf16: pa[2j] = row's columns 8j + 2 (lane % 4) + {0, 1}, pa[2j + 1] the same of
     // row + 8, which is also the A fragment of P V step kk = pa[4kk..4kk+3]. The sum takes P
     // before rounding (the lse stays exact; docs/design.md#attention-precision).
