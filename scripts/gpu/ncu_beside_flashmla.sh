@@ -33,23 +33,22 @@ profile() {
 profile ours ds_mla_prefill_bf16 "$B/sparse_swa_attention_bench"
 PYTHONPATH=/tmp/site profile flashmla sparse_attn_fwd python3 bench/flashmla_bench.py
 # SRC=1: both kernels again with the full set, their SASS with per-instruction executed counts and
-# stall samples (CSV) and the opcode mix by name.
+# stall samples (CSV), the opcode mix by name and the stall sections.
+profile_full() {
+  local name=$1 kernel=$2
+  shift 2
+  timeout 240 ncu --clock-control none --set full --import-source no -k "regex:$kernel" \
+    --launch-skip 1 --launch-count 1 -f -o "/tmp/$name" "$@" --only "$shape" --runs 2 >/dev/null 2>&1
+  echo "== $name (full): exit $?"
+  ncu -i "/tmp/$name.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$name.csv" 2>&1
+  ncu -i "/tmp/$name.ncu-rep" --page raw --metrics sass__inst_executed_per_opcode \
+    --print-metric-instances details >"$OUT/opcodes_$name.txt" 2>&1
+  ncu -i "/tmp/$name.ncu-rep" --page details --section WarpStateStats --section SchedulerStats \
+    >"$OUT/stalls_$name.txt" 2>&1
+  gzip -f "$OUT/sass_$name.csv"
+  echo "$name: $(wc -c <"$OUT/sass_$name.csv.gz") bytes of sass csv"
+}
 if [[ ${SRC:-0} == 1 ]]; then
-  timeout 240 ncu --clock-control none --set full --import-source no -k regex:ds_mla_prefill_bf16 \
-    --launch-skip 1 --launch-count 1 -f -o /tmp/ours "$B/sparse_swa_attention_bench" \
-    --only "$shape" --runs 2 >/dev/null 2>&1
-  echo "== ours (full): exit $?"
-  PYTHONPATH=/tmp/site timeout 240 ncu --clock-control none --set full --import-source no \
-    -k regex:sparse_attn_fwd --launch-skip 1 --launch-count 1 -f -o /tmp/flashmla \
-    python3 bench/flashmla_bench.py --only "$shape" --runs 2 >/dev/null 2>&1
-  echo "== FlashMLA (full): exit $?"
-  for r in ours flashmla; do
-    ncu -i /tmp/$r.ncu-rep --page source --csv --print-source sass >"$OUT/sass_$r.csv" 2>&1
-    ncu -i /tmp/$r.ncu-rep --page raw --metrics sass__inst_executed_per_opcode \
-      --print-metric-instances details >"$OUT/opcodes_$r.txt" 2>&1
-    ncu -i /tmp/$r.ncu-rep --page details --section WarpStateStats --section SchedulerStats \
-      >"$OUT/stalls_$r.txt" 2>&1
-    gzip -f "$OUT/sass_$r.csv"
-    echo "$r: $(wc -c <"$OUT/sass_$r.csv.gz") bytes of sass csv"; grep -o "HMMA[^;]*" "$OUT/opcodes_$r.txt" | head -2
-  done
+  profile_full ours ds_mla_prefill_bf16 "$B/sparse_swa_attention_bench"
+  PYTHONPATH=/tmp/site profile_full flashmla sparse_attn_fwd python3 bench/flashmla_bench.py
 fi

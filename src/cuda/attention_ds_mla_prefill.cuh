@@ -161,6 +161,15 @@ __device__ __forceinline__ void scale_rows(float (&o)[2][64], const float (&f)[2
   }
 }
 
+// lr, a row's sum of P with each block's largest P as P V takes it (rounded to bf16), after a
+// block: l's update (corr, sum) plus, from one lane of the row's four, that rounding of
+// 2^(block_max - m) (docs/design.md#attention-precision).
+__device__ __forceinline__ float rounded_sum_step(float lr, float corr, float sum, float block_max,
+                                                  float m, int lane) {
+  const float top = m == -INFINITY ? 0.0f : fast_exp2(block_max - m);
+  return lr * corr + sum + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
+}
+
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
 // (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
 template <class L>
@@ -202,7 +211,7 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
     const float rounded = rounded_sums[r] + rounded_sums[kGroupHeads + r];
     ratio[hh] = rounded > 0.0f ? total / rounded : 1.0f;
     if (w == 0 && (lane & 3) == 0) {
-      reinterpret_cast<float2*>(c.base + L::kMlOff)[row + 8 * hh] = make_float2(m[hh], total);
+      reinterpret_cast<float2*>(c.base + L::kMlOff)[r] = make_float2(m[hh], total);
     }
   }
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free

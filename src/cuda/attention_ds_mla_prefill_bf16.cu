@@ -425,11 +425,9 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) l[hh] = l[hh] * corr[hh] + sum[hh];
     own_pv();
-    // While P V runs: lr takes the block's largest P as P V does, rounded.
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);
-      lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
+    for (int hh = 0; hh < 2; ++hh) {  // while P V runs
+      lr[hh] = rounded_sum_step(lr[hh], corr[hh], sum[hh], mx[hh], m[hh], lane);
     }
     if constexpr (w == 0) {
       // The pair's maximum: P_0 moves to it and goes to warpgroup 1 while the own P V still runs

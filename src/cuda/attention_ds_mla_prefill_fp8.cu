@@ -404,8 +404,7 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       l[hh] = l[hh] * corr[hh] + sum[hh];
-      const float top = m[hh] == -INFINITY ? 0.0f : fast_exp2(mx[hh] - m[hh]);  // the largest P
-      lr[hh] = lr[hh] * corr[hh] + sum[hh] + ((lane & 3) == 0 ? bf16_rounding(top) : 0.0f);
+      lr[hh] = rounded_sum_step(lr[hh], corr[hh], sum[hh], mx[hh], m[hh], lane);
     }
     // For the other warpgroup: P in 128-byte rows, swizzled like a K column block.
     store_p_sw128<4>(pa, c.sbase + PL::kPOff + w * kPBytes, tid);
