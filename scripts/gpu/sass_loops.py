@@ -42,31 +42,33 @@ def find_cuobjdump():
 INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
 
 
-def parse_sass(text):
-    """{kernel: [(address, instruction text)]} from cuobjdump -sass."""
-    kernels, name = {}, None
+def lines_by_kernel(text, heading):
+    """(kernel, line) for each line of cuobjdump output under a `heading` line naming a kernel."""
+    name = None
     for line in text.splitlines():
-        m = re.search(r"Function : (\S+)", line)
+        m = re.search(heading, line)
         if m:
             name = m.group(1)
-            kernels[name] = []
-            continue
+        elif name:
+            yield name, line
+
+
+def parse_sass(text):
+    """{kernel: [(address, instruction text)]} from cuobjdump -sass."""
+    kernels = {}
+    for name, line in lines_by_kernel(text, r"Function : (\S+)"):
         m = INSTRUCTION.match(line)
-        if m and name:
-            kernels[name].append((int(m.group(1), 16), m.group(2)))
+        if m:
+            kernels.setdefault(name, []).append((int(m.group(1), 16), m.group(2)))
     return kernels
 
 
 def parse_resources(text):
     """{kernel: 'REG:n STACK:n'} from cuobjdump -res-usage."""
-    out, name = {}, None
-    for line in text.splitlines():
-        m = re.search(r"Function (\S+):", line)
-        if m:
-            name = m.group(1)
-            continue
+    out = {}
+    for name, line in lines_by_kernel(text, r"Function (\S+):"):
         m = re.search(r"(REG:\d+) (STACK:\d+)", line)
-        if m and name:
+        if m:
             out[name] = m.group(1) + " " + m.group(2)
     return out
 
