@@ -3,9 +3,11 @@
 """Per kernel of a CUDA object or binary: registers and stack, then each loop of the SASS (a
 backward branch over at least --min instructions) with its instruction count and the
 instructions that a change to a hot loop most often adds unseen: local-memory spills and reloads
-(STL, LDL), special-register reads (S2R), beside its wgmma (HGMMA) and mbarrier (SYNCS) counts.
+(STL, LDL), special-register reads (S2R), beside its wgmma (HGMMA) and mbarrier (SYNCS) counts
+and the uniform registers it names (UR).
 Run it on the build of a kernel variant before timing it (bench/README.md#variant-log, run 164:
-a spill and two S2R a block in the fp8_ds_mla producer's loop cost 6-30 %).
+a build whose fp8_ds_mla producer loop gained a spill and S2R reads and went from 18 uniform
+registers to 4 measured 6-30 % slower).
 
     scripts/gpu/sass_loops.py build-gpu/CMakeFiles/sparse_swa.dir/src/cuda/FILE.cu.o \\
         [--kernel REGEX] [--min 200]
@@ -78,8 +80,12 @@ COUNTED = [("STL", r"\bSTL"), ("LDL", r"\bLDL"), ("S2R", r"\bS2R\b"), ("HGMMA", 
 
 
 def counts(instructions):
-    return " ".join(f"{label} {sum(1 for _, t in instructions if re.search(pattern, t))}"
-                    for label, pattern in COUNTED)
+    """The COUNTED instructions, and how many distinct uniform registers the code names (values
+    that ptxas proved warp-uniform live there, not in the threads' registers)."""
+    found = " ".join(f"{label} {sum(1 for _, t in instructions if re.search(pattern, t))}"
+                     for label, pattern in COUNTED)
+    uniform = {r for _, t in instructions for r in re.findall(r"\bUR\d+\b", t)}
+    return f"{found} UR {len(uniform)}"
 
 
 def loops(instructions, min_count):
