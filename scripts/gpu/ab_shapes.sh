@@ -4,7 +4,7 @@
 # turn, ROUNDS times (one session, so clocks and L2 state drift alike for every choice):
 #   CHOICES="kernel:decode kernel:prefill" SHAPES="flash_h64_b16 ..." scripts/gpu/ab_shapes.sh
 # A choice is kernel:NAME (`--kernel NAME`), env:VAR=VALUE (that variable set) or bin:NAME
-# (.gpu-bin/var-NAME/'s benchmark, built from a patched tree; bin:head is .gpu-bin's own), or
+# (.gpu-bin/var-NAME/'s benchmark: scripts/gpu/build_variants.sh; bin:head is .gpu-bin's own), or
 # several of these joined by commas (bin:NAME,env:VAR=VALUE).
 # [ROUNDS=2] [RUNS=20] [BENCH_ARGS=...]. Prints round, choice, shape, median, min, warm. A choice
 # that fails once (a hang runs into the 60 s limit) is skipped from then on.

@@ -96,12 +96,12 @@ if has ablate; then
   done
 fi
 if has profile; then
-  # Per-role cycle accounts of the profile build (.gpu-bin/attention_bench_profile, built with
-  # -DSPARSE_SWA_ATTENTION_PROFILE): bit 16 prints them, 64 / 128 leave the decode's shared-memory
-  # stores / reads out.
+  # Per-role cycle accounts of the profile build (.gpu-bin/var-profile/, built by
+  # scripts/gpu/build_variants.sh profile=-DSPARSE_SWA_ATTENTION_PROFILE): bit 16 prints them,
+  # 64 / 128 leave the decode's shared-memory stores / reads out.
   for ab in ${PROFILE_BITS:-16 80 144 208}; do
     echo "profile ablate $ab:"
-    SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/attention_bench_profile" --only \
+    SPARSE_SWA_ATTENTION_ABLATE=$ab timeout 60 "$B/var-profile/sparse_swa_attention_bench" --only \
       "${ABLATE_SHAPE:-flash_h64_b64}" --runs 5 2>&1 | grep -E "^profile|^flash|^pro_|^swa|^tp|^mtp|^prefill" | head -${PROFILE_LINES:-40}
   done
 fi
