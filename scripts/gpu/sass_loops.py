@@ -7,7 +7,7 @@ instructions that a change to a hot loop most often adds unseen: local-memory sp
 and the uniform registers it names (UR).
 Run it on the build of a kernel variant before timing it (bench/README.md#variant-log, run 164:
 a build whose fp8_ds_mla producer loop gained a spill and S2R reads and went from 18 uniform
-registers to 4 measured 6-30 % slower).
+registers to 5 measured 6-30 % slower).
 
     scripts/gpu/sass_loops.py build-gpu/CMakeFiles/sparse_swa.dir/src/cuda/FILE.cu.o \\
         [--kernel REGEX] [--min 200]
@@ -110,7 +110,7 @@ def loops(instructions, min_count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("file", help="a CUDA object file or binary with sm_90a SASS")
-    parser.add_argument("--kernel", default="", help="only kernels whose name matches this regex")
+    parser.add_argument("--kernel", default="", help="only kernels whose mangled name matches this regex")
     parser.add_argument("--min", type=int, default=200, help="smallest loop shown, in instructions")
     args = parser.parse_args()
     tool = find_cuobjdump()
