@@ -16,9 +16,12 @@
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
 //                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
-//                              [--sweep] [--cache fp8_ds_mla|bf16] [--list] [--help]
-// --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs). --list prints the
-// shapes (bench/attention_shapes.json, compiled in) and exits.
+//                              [--sweep] [--cache fp8_ds_mla|bf16] [--sorted-rows] [--list]
+//                              [--help]
+// --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs). --sorted-rows
+// sorts each segment's valid entries of a row by slot (a diagnosis of how the order of the reads
+// matters; the method's rows stay in their random order). --list prints the shapes
+// (bench/attention_shapes.json, compiled in) and exits.
 // Shapes whose tokens come in groups of one request (MTP) pass query_group_size unless
 // --no-query-groups.
 #include <cuda_runtime.h>
@@ -240,6 +243,8 @@ Problem make_decode_problem(const Scenario& s, std::mt19937* rng) {
   return p;
 }
 
+bool g_sorted_rows = false;  // --sorted-rows
+
 Problem make_problem(const Scenario& s, uint32_t seed) {
   std::mt19937 rng(seed);
   Problem p = s.pool > 0 ? make_pool_problem(s, &rng) : make_decode_problem(s, &rng);
@@ -249,6 +254,17 @@ Problem make_problem(const Scenario& s, uint32_t seed) {
   for (uint16_t& v : p.q) v = to_bf16(normal(rng));
   p.sinks.resize(s.heads);
   for (int32_t h = 0; h < s.heads; ++h) p.sinks[h] = 0.25f * (h % 9) - 1.0f;
+  if (g_sorted_rows) {
+    const auto sort_rows = [T](std::vector<int32_t>& idx, const std::vector<int32_t>& lens) {
+      if (idx.empty()) return;
+      const int64_t width = static_cast<int64_t>(idx.size()) / T;
+      for (int32_t t = 0; t < T; ++t) {
+        std::sort(idx.begin() + t * width, idx.begin() + t * width + lens[t]);
+      }
+    };
+    sort_rows(p.swa_idx, p.swa_lens);
+    sort_rows(p.extra_idx, p.extra_lens);
+  }
   return p;
 }
 
@@ -525,7 +541,7 @@ int main(int argc, char** argv) {
   std::string cache;   // the decode shapes' cache dtype (default: fp8_ds_mla)
   std::string kernel = "auto";
   int runs = 30;
-  bool no_split = false, sweep = false, list = false, no_query_groups = false;
+  bool no_split = false, sweep = false, list = false, no_query_groups = false, sorted = false;
   CLI::App app{
       "sparse_swa_attention_bench: the CUDA sparse attention on the DeepSeek-V4 decode "
       "and prefill shapes (bench/README.md#attention)."};
@@ -539,6 +555,8 @@ int main(int argc, char** argv) {
   app.add_option("--kernel", kernel, "auto, decode or prefill: the tensor-core kernel to force");
   app.add_flag("--sweep", sweep, "The batch-size sweep instead of the fixed shapes");
   app.add_option("--cache", cache, "fp8_ds_mla or bf16: the decode shapes' cache dtype");
+  app.add_flag("--sorted-rows", sorted,
+               "Sort each row's valid entries by slot (diagnosis: how the order of reads matters)");
   app.add_flag("--list", list, "Print the shapes and exit (no GPU needed)");
   try {
     app.parse(argc, argv);
@@ -546,6 +564,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // the help text, or the usage error on stderr
   }
   g_query_groups = !no_query_groups;
+  g_sorted_rows = sorted;
   const bool allow_split = !no_split;
   if (const auto k = parse_attention_kernel(kernel); k.ok()) {
     g_kernel = k.value();
