@@ -110,7 +110,8 @@ def loops(instructions, min_count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("file", help="a CUDA object file or binary with sm_90a SASS")
-    parser.add_argument("--kernel", default="", help="only kernels whose mangled name matches this regex")
+    parser.add_argument("--kernel", default="",
+                        help="only kernels whose mangled name matches this regex")
     parser.add_argument("--min", type=int, default=200, help="smallest loop shown, in instructions")
     args = parser.parse_args()
     tool = find_cuobjdump()
