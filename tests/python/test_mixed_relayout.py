@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The mixed matrix's SM100 relayout of DSpark rows through Python
-(docs/semantics.md#sm100-relayout): docs example 3 re-laid by hand through md.mixed_matrix() and the arrays entry point the torch op
-calls, the verbatim form, the width bound and the other errors as ValueErrors naming the
-argument, and the kernel contract on random DSpark batches. numpy only (the torch op's own tests:
-test_torch_consumer_ops.py)."""
+(docs/semantics.md#sm100-relayout): docs example 3 re-laid by hand through md.mixed_matrix()
+and the arrays entry point the torch op calls, the verbatim form, the width bound and the other
+errors as ValueErrors naming the argument, and the kernel contract on random DSpark batches.
+numpy only (the torch op's own tests: test_torch_consumer_ops.py)."""
 
 import random
 
