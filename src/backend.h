@@ -136,7 +136,7 @@ Status cpu_compressed_topk_to_global(const SwaMetadata& md, int32_t first_token,
 Status cpu_copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIndexView global,
                             IndexView out);
 Status cpu_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
-                              const MixedMatrixShape& shape, IndexView out,
+                              const MixedMatrixShape& shape, MixedMatrixForm form, IndexView out,
                               std::span<int32_t> swa_lens);
 Status cpu_build_combined_prefill(const ConsumerStep& step, const CombineChunk& chunk,
                                   MatrixView<const int32_t> prefill_local, IndexView out);
@@ -152,7 +152,7 @@ Status cuda_compressed_topk_to_global(const SwaMetadata& md, int32_t first_token
 Status cuda_copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIndexView global,
                              IndexView out, void* stream);
 Status cuda_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
-                               const MixedMatrixShape& shape, IndexView out,
+                               const MixedMatrixShape& shape, MixedMatrixForm form, IndexView out,
                                std::span<int32_t> swa_lens, void* stream);
 Status cuda_build_combined_prefill(const ConsumerStep& step, const CombineChunk& chunk,
                                    MatrixView<const int32_t> prefill_local, IndexView out,

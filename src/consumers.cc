@@ -204,9 +204,32 @@ Status copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIndexVi
   return detail::cpu_copy_global_topk(md, first_token, global, out);
 }
 
+const char* mixed_matrix_form_name(MixedMatrixForm form) {
+  return form == MixedMatrixForm::kVerbatim ? "verbatim" : "flashinfer_sm100";
+}
+
+StatusOr<MixedMatrixForm> parse_mixed_matrix_form(std::string_view name) {
+  for (MixedMatrixForm f : {MixedMatrixForm::kFlashInferSm100, MixedMatrixForm::kVerbatim}) {
+    if (name == mixed_matrix_form_name(f)) return f;
+  }
+  return invalid_argument("form: expected \"flashinfer_sm100\" or \"verbatim\", got '",
+                          printable_excerpt(name), "'");
+}
+
 Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk, IndexView out,
                           std::span<int32_t> swa_lens, void* cuda_stream) {
+  return build_mixed_matrix(step, topk, MixedMatrixForm::kFlashInferSm100, out, swa_lens,
+                            cuda_stream);
+}
+
+Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
+                          MixedMatrixForm form, IndexView out, std::span<int32_t> swa_lens,
+                          void* cuda_stream) {
   const SwaMetadata& md = step.md;
+  if (form != MixedMatrixForm::kFlashInferSm100 && form != MixedMatrixForm::kVerbatim) {
+    return invalid_argument("form: expected kFlashInferSm100 or kVerbatim, got ",
+                            static_cast<int32_t>(form));
+  }
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_decode_width(md));  // before lens > width
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_step(step));
   SPARSE_SWA_RETURN_IF_ERROR(check_topk(step, topk));
@@ -225,9 +248,9 @@ Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk, 
   }
   if (num_tokens == 0) return Status::Ok();
   if (md.space == MemorySpace::kDevice) {
-    return detail::cuda_build_mixed_matrix(step, topk, shape, out, swa_lens, cuda_stream);
+    return detail::cuda_build_mixed_matrix(step, topk, shape, form, out, swa_lens, cuda_stream);
   }
-  return detail::cpu_build_mixed_matrix(step, topk, shape, out, swa_lens);
+  return detail::cpu_build_mixed_matrix(step, topk, shape, form, out, swa_lens);
 }
 
 StatusOr<CombinedPrefillShape> combined_prefill_shape(const SwaMetadata& md,

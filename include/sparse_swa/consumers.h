@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "sparse_swa/batch.h"
 #include "sparse_swa/index_view.h"
@@ -90,14 +91,39 @@ MixedMatrixShape mixed_matrix_shape(int32_t swa_width, int32_t prefill_topk,
                                     int32_t decode_compressed_topk);
 MixedMatrixShape mixed_matrix_shape(const SwaMetadata& md, const CompressedTopk& topk);
 
-// Row t < Td: columns [0, S) copy decode row t (-1 padded), then the compressed entries
-// (decode_local mapped as in 1., or decode_global); lens = S + compressed count.
+// How the mixed matrix lays out non-causal (DSpark) decode rows (md.causal false); causal decode
+// rows and prefill rows are the same in both forms (docs/semantics.md#mixed-matrix).
+enum class MixedMatrixForm : int32_t {
+  // FlashInfer's SM100 sparse MLA kernel reads columns [0, min(W, pos + 1)) and [W, lens) of a
+  // row as keys, with no -1 allowed in either, so a non-causal row is re-laid. For token i of a
+  // block of ql tokens after ctx cached tokens (the builder's row holds min(ctx, W) + ql slots):
+  //   wl = min(ctx + i + 1, W),  sp = min(ctx, W) + ql - wl,  cs = W + sp
+  //   columns [0, wl) = row[0, wl), [wl, W) = -1, [W, cs) = row[wl, wl + sp),
+  //   compressed entries from column cs, -1 after them; lens = cs + compressed count.
+  // A row that would need cs > S is an error (CPU) or -1 with lens 0 (GPU), never written past.
+  kFlashInferSm100 = 0,
+  // Decode rows copied as the builder wrote them (-1 padded to S), compressed entries from S;
+  // lens = S + compressed count: -1 inside [0, S) means "skip" to the kernel.
+  kVerbatim = 1,
+};
+// "flashinfer_sm100", "verbatim": the spelling Python and the torch op use.
+const char* mixed_matrix_form_name(MixedMatrixForm form);
+StatusOr<MixedMatrixForm> parse_mixed_matrix_form(std::string_view name);
+
+// Row t < Td: causal rows: columns [0, S) copy decode row t (-1 padded), then the compressed
+// entries (decode_local mapped as in 1., or decode_global); lens = S + compressed count.
+// Non-causal rows: as `form` says.
 // Row t >= Td: columns [0, S) recomputed from the position with the logical window W (and the
 // metadata's image visibility), then the first min((pos + 1) / ratio, TOP_K) prefill top-k
 // entries mapped to global slots; lens = S + that count.
-// -1 entries inside [0, S) are "skip" for the kernel: lens counts the whole SWA section. For
-// kernels that do not skip them, swa_lens (optional, [>= T]) gets the exact SWA valid count of
-// each row. Invalid tokens: row -1, lens 0, swa_lens 0. out.row_stride must be a multiple of 4.
+// swa_lens (optional, [>= T]) gets the number of SWA entries of each row (the decode row's lens,
+// the prefill window's size), for kernels that need the exact count. Invalid tokens: row -1,
+// lens 0, swa_lens 0. out.row_stride must be a multiple of 4. A non-causal decode row must be
+// the builder's (lens min(ctx, W) + ql) for kFlashInferSm100.
+Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
+                          MixedMatrixForm form, IndexView out, std::span<int32_t> swa_lens = {},
+                          void* cuda_stream = nullptr);
+// The FlashInfer SM100 form (MixedMatrixForm::kFlashInferSm100).
 Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk, IndexView out,
                           std::span<int32_t> swa_lens = {}, void* cuda_stream = nullptr);
 

@@ -120,12 +120,15 @@ class SwaMetadata:
         decode_global: Array | None = None,
         decode_global_lens: Array | None = None,
         prefill_local: Array | None = None,
+        form: str = "flashinfer_sm100",
         stream: Stream = None,
     ) -> tuple[Array, Array, Array]:
         """The mixed matrix of one layer as new arrays where the metadata lives: (indices
         [T, row_width] int32, lens [T] int32, swa_lens [T] int32). SWA-only by default; a
         compressed layer passes its compressed block_table / block_size and top-k (decode_local
-        for C2A/C4A or decode_global + decode_global_lens for C128A, prefill_local)."""
+        for C2A/C4A or decode_global + decode_global_lens for C128A, prefill_local). form
+        "flashinfer_sm100" re-lays DSpark decode rows for the SM100 kernel (ValueError when a
+        row would need more than its S SWA columns), "verbatim" copies them."""
     def combined_prefill(
         self,
         compress_ratio: int = 1,

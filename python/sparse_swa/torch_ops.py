@@ -32,8 +32,8 @@ them for a metadata built over torch tensors:
       num_reqs, first_token, local [n, topk] int32, block_table, block_size, compress_ratio)
       -> (out [n, topk] int32, out_lens [n] int32)      compressed_topk_to_global(md, ...)
   mixed_matrix(STEP, causal, max_decode_query_len, compress_ratio, compressed_block_table,
-      compressed_block_size, decode_local, decode_global, decode_global_lens, prefill_local)
-      -> (indices [T, row_width], lens [T], swa_lens [T]) int32        md.mixed_matrix(...)
+      compressed_block_size, decode_local, decode_global, decode_global_lens, prefill_local,
+      form) -> (indices [T, row_width], lens [T], swa_lens [T]) int32   md.mixed_matrix(...)
   combined_prefill(STEP, prefill_seq_lens_cpu, prefill_query_lens_cpu, max_model_len,
       max_num_batched_tokens, compress_ratio, chunk_size, prefill_local)
       -> (rows [Tp, width] int32, lens [Tp] int32, plan [chunks, 6] int32 on the CPU)
@@ -43,6 +43,9 @@ them for a metadata built over torch tensors:
       prefill_left_visible, prefill_right_visible, window_size
   Td is the rows of decode_swa_indices and Tp = T - Td. prefill_swa_width (md.prefill_swa_width,
   W + max_image_tokens) keeps the mixed matrix's SWA section on steps without prefill rows.
+  mixed_matrix's form "flashinfer_sm100" (default) re-lays the decode rows of a causal=False
+  (DSpark) step for FlashInfer's SM100 kernel, "verbatim" copies them
+  (docs/semantics.md#sm100-relayout); the shapes are the same.
   combined_prefill is md.combined_prefill(compress_ratio, chunk_size, prefill_local=...) in one
   matrix: row i is prefill token Td + i, and plan row c is chunk c's (start, end, N, M,
   row_start, row_end), its rows being rows[row_start:row_end]; rows of padding tokens (past the
@@ -324,14 +327,15 @@ def _(token_to_req_indices, is_valid_token, num_reqs, first_token, local, block_
     schema="(" + _STEP_SCHEMA + ", bool causal=True, int max_decode_query_len=1, "
     "int compress_ratio=1, Tensor? compressed_block_table=None, "
     "int? compressed_block_size=None, Tensor? decode_local=None, Tensor? decode_global=None, "
-    "Tensor? decode_global_lens=None, Tensor? prefill_local=None) -> (Tensor, Tensor, Tensor)")
+    "Tensor? decode_global_lens=None, Tensor? prefill_local=None, "
+    "str form=\"flashinfer_sm100\") -> (Tensor, Tensor, Tensor)")
 def mixed_matrix(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
                  is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens,
                  prefill_swa_indices, prefill_swa_lens, prefill_swa_width, prefill_gather_lens,
                  prefill_left_visible, prefill_right_visible, window_size, causal=True,
                  max_decode_query_len=1, compress_ratio=1, compressed_block_table=None,
                  compressed_block_size=None, decode_local=None, decode_global=None,
-                 decode_global_lens=None, prefill_local=None):
+                 decode_global_lens=None, prefill_local=None, form="flashinfer_sm100"):
     return sparse_swa._sparse_swa._mixed_matrix_arrays(
         query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
         is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens, prefill_swa_indices,
@@ -341,7 +345,7 @@ def mixed_matrix(query_start_loc, seq_lens, block_table, block_size, token_to_re
         compressed_block_table=compressed_block_table,
         compressed_block_size=compressed_block_size, decode_local=decode_local,
         decode_global=decode_global, decode_global_lens=decode_global_lens,
-        prefill_local=prefill_local, stream=_stream(query_start_loc))
+        prefill_local=prefill_local, form=form, stream=_stream(query_start_loc))
 
 
 @mixed_matrix.register_fake
@@ -350,7 +354,9 @@ def _(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices, 
       prefill_swa_width, prefill_gather_lens, prefill_left_visible, prefill_right_visible,
       window_size, causal=True, max_decode_query_len=1, compress_ratio=1,
       compressed_block_table=None, compressed_block_size=None, decode_local=None,
-      decode_global=None, decode_global_lens=None, prefill_local=None):
+      decode_global=None, decode_global_lens=None, prefill_local=None, form="flashinfer_sm100"):
+    _check(form in ("flashinfer_sm100", "verbatim"),
+           f'form: expected "flashinfer_sm100" or "verbatim", got {form!r}')
     # consumers.h mixed_matrix_shape: S = max(decode width, prefill width),
     # P = round_up(max(TOP_K, decode compressed width), 4), row = round_up(S + P, 4).
     for t, name in ((prefill_swa_indices, "prefill_swa_indices"), (decode_local, "decode_local"),

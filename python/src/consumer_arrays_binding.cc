@@ -181,11 +181,10 @@ Status step_names(const Status& status) {
 }
 
 // (indices [T, row_width] int32, lens [T] int32, swa_lens [T] int32): md.mixed_matrix().
-std::tuple<nb::object, nb::object, nb::object> mixed_matrix_arrays(const StepArgs& args,
-                                                                   nb::handle causal,
-                                                                   nb::handle max_decode_query_len,
-                                                                   const TopkArgs& topk_args,
-                                                                   nb::handle stream) {
+std::tuple<nb::object, nb::object, nb::object> mixed_matrix_arrays(
+    const StepArgs& args, nb::handle causal, nb::handle max_decode_query_len,
+    const TopkArgs& topk_args, nb::handle form_obj, nb::handle stream) {
+  const MixedMatrixForm form = mixed_form_from(form_obj);
   CallPlace call;
   Step s = import_step(args, &call);
   s.md.causal = bool_from_python(causal, "causal");
@@ -208,10 +207,10 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix_arrays(const StepArg
                       shape.row_width,
                       s.md.window_size,
                       call.space()};
-  throw_if_error(topk_names(
-      step_names(build_mixed_matrix(step, topk, out, {static_cast<int32_t*>(swa_lens.data), rows},
-                                    stream_from(stream, call, nullptr))),
-      "compressed_block_table", "compressed_block_size"));
+  throw_if_error(topk_names(step_names(build_mixed_matrix(
+                                step, topk, form, out, {static_cast<int32_t*>(swa_lens.data), rows},
+                                stream_from(stream, call, nullptr))),
+                            "compressed_block_table", "compressed_block_size"));
   return {indices.array, lens.array, swa_lens.array};
 }
 
@@ -376,7 +375,7 @@ void bind_consumer_arrays(nb::module_& m) {
          nb::handle max_decode_query_len, nb::handle compress_ratio,
          nb::handle compressed_block_table, nb::handle compressed_block_size,
          nb::handle decode_local, nb::handle decode_global, nb::handle decode_global_lens,
-         nb::handle prefill_local, nb::handle stream) {
+         nb::handle prefill_local, nb::handle form, nb::handle stream) {
         const StepArgs step{query_start_loc,       seq_lens,
                             block_table,           block_size,
                             token_to_req_indices,  is_valid_token,
@@ -388,7 +387,7 @@ void bind_consumer_arrays(nb::module_& m) {
         const TopkArgs topk{compress_ratio, compressed_block_table, compressed_block_size,
                             decode_local,   decode_global,          decode_global_lens,
                             prefill_local};
-        return mixed_matrix_arrays(step, causal, max_decode_query_len, topk, stream);
+        return mixed_matrix_arrays(step, causal, max_decode_query_len, topk, form, stream);
       },
       nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(), nb::arg("block_table").none(),
       nb::arg("block_size").none(), nb::arg("token_to_req_indices").none(),
@@ -402,11 +401,13 @@ void bind_consumer_arrays(nb::module_& m) {
       nb::arg("compressed_block_table") = nb::none(), nb::arg("compressed_block_size") = nb::none(),
       nb::arg("decode_local") = nb::none(), nb::arg("decode_global") = nb::none(),
       nb::arg("decode_global_lens") = nb::none(), nb::arg("prefill_local") = nb::none(),
-      nb::arg("stream") = nb::none(),
+      nb::arg("form") = "flashinfer_sm100", nb::arg("stream") = nb::none(),
       "md.mixed_matrix(...) over the step's arrays (SwaMetadata's attribute names; the\n"
       "compressed cache's block table and block size as compressed_block_table and\n"
       "compressed_block_size): (indices [T, row_width], lens [T], swa_lens [T]) int32 where\n"
-      "query_start_loc lives. The torch op sparse_swa::mixed_matrix.");
+      "query_start_loc lives. causal=False marks DSpark decode rows, which form\n"
+      "\"flashinfer_sm100\" re-lays; max_decode_query_len (default 1) bounds the blocks. The\n"
+      "torch op sparse_swa::mixed_matrix.");
   m.def(
       "_combined_prefill_arrays",
       [](nb::handle query_start_loc, nb::handle seq_lens, nb::handle block_table,

@@ -78,6 +78,12 @@ CallPlace output_place(const PyMetadata& m) {
 
 }  // namespace
 
+MixedMatrixForm mixed_form_from(nb::handle value) {
+  auto form = parse_mixed_matrix_form(string_from_python(value, "form"));
+  throw_if_error(form.status());
+  return form.value();
+}
+
 Status topk_names(const Status& status, std::string_view table_name, std::string_view size_name) {
   return renamed_fields(status, {{"topk.cache.block_table", table_name},
                                  {"topk.cache.block_size", size_name},
@@ -94,7 +100,9 @@ namespace {
 // default, or with the layer's compressed top-k.
 std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m,
                                                             const TopkArgs& args,
+                                                            nb::handle form_obj,
                                                             nb::handle stream) {
+  const MixedMatrixForm form = mixed_form_from(form_obj);
   const ImportedBatch batch = import_step_batch(m);
   const ConsumerStep step{m.md, batch.input, m.block_size};
   const CallPlace call = output_place(m);
@@ -113,9 +121,9 @@ std::tuple<nb::object, nb::object, nb::object> mixed_matrix(const PyMetadata& m,
                       shape.row_width,
                       m.md.window_size,
                       call.space()};
-  throw_if_error(
-      topk_names(build_mixed_matrix(step, topk, out, {static_cast<int32_t*>(swa_lens.data), rows},
-                                    stream_from(stream, call, m.cuda_stream))));
+  throw_if_error(topk_names(build_mixed_matrix(step, topk, form, out,
+                                               {static_cast<int32_t*>(swa_lens.data), rows},
+                                               stream_from(stream, call, m.cuda_stream))));
   return {indices.array, lens.array, swa_lens.array};
 }
 
@@ -280,23 +288,29 @@ void bind_consumers(nb::module_& m) {
   cls.attr("mixed_matrix") = nb::cpp_function(
       [](const PyMetadata& m, nb::handle compress_ratio, nb::handle block_table,
          nb::handle block_size, nb::handle decode_local, nb::handle decode_global,
-         nb::handle decode_global_lens, nb::handle prefill_local, nb::handle stream) {
+         nb::handle decode_global_lens, nb::handle prefill_local, nb::handle form,
+         nb::handle stream) {
         return mixed_matrix(m,
                             {compress_ratio, block_table, block_size, decode_local, decode_global,
                              decode_global_lens, prefill_local},
-                            stream);
+                            form, stream);
       },
       nb::is_method(), nb::scope(cls), nb::name("mixed_matrix"), nb::kw_only(),
       nb::arg("compress_ratio").none() = 1, nb::arg("block_table") = nb::none(),
       nb::arg("block_size") = nb::none(), nb::arg("decode_local") = nb::none(),
       nb::arg("decode_global") = nb::none(), nb::arg("decode_global_lens") = nb::none(),
-      nb::arg("prefill_local") = nb::none(), nb::arg("stream") = nb::none(),
+      nb::arg("prefill_local") = nb::none(), nb::arg("form") = "flashinfer_sm100",
+      nb::arg("stream") = nb::none(),
       "The FlashInfer SM100 mixed matrix of one layer, as new arrays where the metadata lives\n"
       "(host, or the CUDA device, computed there on `stream`: None = torch's current stream\n"
       "for torch metadata, else the builder's cuda_stream): (indices [num_tokens, row_width]\n"
-      "int32 (-1 = empty/skip), lens [num_tokens] int32 (the whole SWA section S + the\n"
-      "compressed count), swa_lens [num_tokens] int32 (exact valid SWA count)). SWA-only by\n"
-      "default; a compressed layer (compress_ratio 2, 4 or 128) also takes its compressed\n"
+      "int32 (-1 = empty/skip), lens [num_tokens] int32 (the SWA section S + the compressed\n"
+      "count; W + spill + the compressed count for a re-laid DSpark row), swa_lens [num_tokens]\n"
+      "int32 (the row's SWA entries)). form \"flashinfer_sm100\" (default) re-lays DSpark\n"
+      "(non-causal) decode rows for the SM100 kernel: the token's causal part from column 0,\n"
+      "the rest of the block from column W, its compressed entries right after (ValueError when\n"
+      "that needs more than S columns); \"verbatim\" copies every decode row as built. SWA-only\n"
+      "by default; a compressed layer (compress_ratio 2, 4 or 128) also takes its compressed\n"
       "cache's block_table [>= num_reqs, blocks] int32 and block_size, the decode top-k\n"
       "(decode_local [>= Td, topk] local indices for C2A/C4A, or decode_global [>= Td, width]\n"
       "+ decode_global_lens for C128A) and prefill_local [>= Tp, TOP_K]. Metadata of the\n"

@@ -34,6 +34,10 @@ CompressedTopk topk_from(const TopkArgs& a, const CallPlace& call,
 Status topk_names(const Status& status, std::string_view table_name = "block_table",
                   std::string_view size_name = "block_size");
 
+// The mixed matrix's form from its Python spelling ("flashinfer_sm100" or "verbatim"); ValueError
+// naming `form` otherwise.
+MixedMatrixForm mixed_form_from(nb::handle value);
+
 void bind_consumers(nb::module_& m);
 
 }  // namespace sparse_swa::python

@@ -8,6 +8,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend.h"
+#include "common/mixed_relayout.h"
 #include "common/swa_formulas.h"
 #include "cuda/cuda_utils.h"
 
@@ -186,9 +187,26 @@ struct MixedParams {
   const int32_t* decode_global_lens;
   Mat prefill_local;  // cols 0 when absent
   int32_t swa_width;  // S
+  bool relaid;        // decode rows are non-causal and re-laid (MixedMatrixForm::kFlashInferSm100)
   OutRows out;
   int32_t* swa_lens;  // null when not requested
 };
+
+// host_relaid_row's checks: ok = false where the CPU reports an error.
+struct DeviceRelaid {
+  bool ok;
+  formulas::RelaidRow row;
+};
+__device__ DeviceRelaid device_relaid_row(const MixedParams& p, int32_t t, int32_t r) {
+  DeviceRelaid d{false, {0, 0}};
+  const int64_t qs = p.step.qsl[r], qe = p.step.qsl[r + 1];
+  const int64_t ql = qe - qs, ctx = int64_t{p.step.seq_lens[r]} - ql;
+  if (t < qs || t >= qe || ctx < 0) return d;
+  d.row = formulas::relaid_row(ctx, ql, t - qs, p.step.window);
+  d.ok = p.decode_lens[t] == d.row.row_entries() && d.row.row_entries() <= p.decode_rows.cols &&
+         d.row.compressed_start(p.step.window) <= p.swa_width;
+  return d;
+}
 
 __global__ void mixed_matrix_kernel(MixedParams p) {
   const int64_t t64 = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kWarp;
@@ -200,9 +218,14 @@ __global__ void mixed_matrix_kernel(MixedParams p) {
   int32_t r = valid_request(p.step.tokens, t);
   const bool decode = t < p.num_decode_tokens;
   TokenWindow tw{};
+  DeviceRelaid relaid{false, {0, 0}};
   if (r >= 0 && !decode) {
     tw = token_window(p.step, t, r, /*check_blocks=*/true, lane);
     if (!tw.ok || tw.window.size() > s) r = -1;
+  }
+  if (r >= 0 && decode && p.relaid) {
+    relaid = device_relaid_row(p, t, r);
+    if (!relaid.ok) r = -1;
   }
   if (r < 0) {
     write_empty_row(p.out, t64, lane);
@@ -210,6 +233,8 @@ __global__ void mixed_matrix_kernel(MixedParams p) {
     return;
   }
   int32_t swa_count, compressed_count = 0;
+  // cs: where the compressed entries start (S, or W + spill for a re-laid row; <= S, checked).
+  int32_t cs = s;
   if (decode) {
     const int32_t* src = p.decode_rows.data + t64 * p.decode_rows.stride;
     const int32_t* local = p.decode_local.data + t64 * p.decode_local.stride;
@@ -217,16 +242,22 @@ __global__ void mixed_matrix_kernel(MixedParams p) {
     const int32_t glen = p.decode_global.cols > 0 ? min(max(p.decode_global_lens[t], 0),
                                                         static_cast<int32_t>(p.decode_global.cols))
                                                   : 0;
+    if (p.relaid) cs = static_cast<int32_t>(relaid.row.compressed_start(p.step.window));
     int32_t count = 0;
     for (int32_t j = lane; j < p.out.width; j += kWarp) {
       int32_t v = -1;
-      if (j < s) {
-        v = j < p.decode_rows.cols ? src[j] : -1;
-      } else if (j - s < p.decode_local.cols) {
-        v = global_slot(p.cache, r, local[j - s]);
+      if (j < cs) {
+        if (p.relaid) {
+          const int64_t from = formulas::relaid_source(j, p.step.window, relaid.row);
+          v = from < 0 ? -1 : src[from];
+        } else {
+          v = j < p.decode_rows.cols ? src[j] : -1;
+        }
+      } else if (j - cs < p.decode_local.cols) {
+        v = global_slot(p.cache, r, local[j - cs]);
         count += v >= 0;
-      } else if (j - s < glen) {
-        v = global[j - s];
+      } else if (j - cs < glen) {
+        v = global[j - cs];
       }
       row[j] = v;
     }
@@ -252,7 +283,7 @@ __global__ void mixed_matrix_kernel(MixedParams p) {
     }
   }
   if (lane == 0) {
-    p.out.lens[t] = s + compressed_count;
+    p.out.lens[t] = cs + compressed_count;
     if (p.swa_lens != nullptr) p.swa_lens[t] = swa_count;
   }
 }
@@ -365,7 +396,7 @@ Status cuda_copy_global_topk(const SwaMetadata& md, int32_t first_token, ConstIn
 }
 
 Status cuda_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk,
-                               const MixedMatrixShape& shape, IndexView out,
+                               const MixedMatrixShape& shape, MixedMatrixForm form, IndexView out,
                                std::span<int32_t> swa_lens, void* stream) {
   const SwaMetadata& md = step.md;
   MixedParams p{};
@@ -382,6 +413,7 @@ Status cuda_build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& t
   p.decode_global_lens = topk.decode_global.lens;
   p.prefill_local = mat(topk.prefill_local);
   p.swa_width = shape.swa_width;
+  p.relaid = form == MixedMatrixForm::kFlashInferSm100 && !md.causal;
   p.out = out_rows(out);
   p.swa_lens = swa_lens.empty() ? nullptr : swa_lens.data();
   mixed_matrix_kernel<<<blocks_for(md.num_tokens), kThreads, 0,

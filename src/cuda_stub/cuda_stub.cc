@@ -66,7 +66,7 @@ Status cuda_copy_global_topk(const SwaMetadata&, int32_t, ConstIndexView, IndexV
   return no_device_views("copy_global_topk");
 }
 Status cuda_build_mixed_matrix(const ConsumerStep&, const CompressedTopk&, const MixedMatrixShape&,
-                               IndexView, std::span<int32_t>, void*) {
+                               MixedMatrixForm, IndexView, std::span<int32_t>, void*) {
   return no_device_views("build_mixed_matrix");
 }
 Status cuda_build_combined_prefill(const ConsumerStep&, const CombineChunk&,

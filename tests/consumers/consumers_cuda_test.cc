@@ -241,18 +241,23 @@ std::string compare_step(RandomBatch& gen, const SwaMetadata& md, const BatchInp
     dev_topk.decode_global = arena.upload(host_topk.decode_global);
   }
 
-  // Mixed matrix, with spare columns and a capacity stride.
+  // Mixed matrix in both forms, with spare columns and a capacity stride.
   const MixedMatrixShape shape = mixed_matrix_shape(md, host_topk);
-  const int32_t width = shape.row_width + 4 * gen.uniform(0, 1);
-  OutputPair mixed(&arena, md.num_tokens + gen.uniform(0, 2), width, width + 4 * gen.uniform(0, 2));
-  Row swa_host(md.num_tokens, kPoison);
-  int32_t* swa_dev = arena.alloc<int32_t>(md.num_tokens);
-  Status a = build_mixed_matrix(host_step, host_topk, mixed.host(), swa_host);
-  Status b = build_mixed_matrix(dev_step, dev_topk, mixed.device(), {swa_dev, swa_host.size()});
-  if (!a.ok() || !b.ok()) return "mixed: " + a.to_string() + " / " + b.to_string();
-  if (auto d = mixed.compare(); !d.empty()) return "mixed " + d;
-  if (download(swa_dev, swa_host.size()) != swa_host) return "mixed swa_lens differ";
-  *compared += md.num_tokens;
+  Status a, b;
+  for (MixedMatrixForm form : {MixedMatrixForm::kFlashInferSm100, MixedMatrixForm::kVerbatim}) {
+    const int32_t width = shape.row_width + 4 * gen.uniform(0, 1);
+    OutputPair mixed(&arena, md.num_tokens + gen.uniform(0, 2), width,
+                     width + 4 * gen.uniform(0, 2));
+    Row swa_host(md.num_tokens, kPoison);
+    int32_t* swa_dev = arena.alloc<int32_t>(md.num_tokens);
+    a = build_mixed_matrix(host_step, host_topk, form, mixed.host(), swa_host);
+    b = build_mixed_matrix(dev_step, dev_topk, form, mixed.device(), {swa_dev, swa_host.size()});
+    const std::string name = str_cat("mixed (", mixed_matrix_form_name(form), ")");
+    if (!a.ok() || !b.ok()) return name + ": " + a.to_string() + " / " + b.to_string();
+    if (auto d = mixed.compare(); !d.empty()) return name + " " + d;
+    if (download(swa_dev, swa_host.size()) != swa_host) return name + " swa_lens differ";
+    *compared += md.num_tokens;
+  }
 
   // Compressed top-k -> global (decode rows) and the C128A copy.
   if (host_topk.decode_local.cols > 0 && md.num_decode_tokens > 0) {
@@ -363,6 +368,56 @@ TEST(ConsumersCuda, InconsistentMetadataIsMaskedNotFaulting) {
       }
     }
   }
+}
+
+// A non-causal block whose SM100 relayout needs more columns than the row has (the CPU's
+// error, tests/consumers/mixed_relayout_test.cc), or whose row is not the builder's, gives a row
+// of -1 and lens 0 on the GPU; the block's other tokens are re-laid as on the CPU. W = 8,
+// identity pages, prefix 2, ql 3 in a 9-wide view: token 0 needs W + 2 = 10 columns, tokens 1
+// and 2 need 9 and 8.
+TEST(ConsumersCuda, RelayoutPastTheRowIsMasked) {
+  SKIP_WITHOUT_GPU();
+  const int32_t width = 9;
+  Row rows(3 * width, -1), lens = {5, 5, 5};
+  for (int t = 0; t < 3; ++t) {
+    for (int j = 0; j < 5; ++j) rows[t * width + j] = j;
+  }
+  const Row qsl = {0, 3}, seq = {5}, bt = {0, 1}, t2r = {0, 0, 0};
+  const std::vector<uint8_t> valid = {1, 1, 1};
+  SwaMetadata md;
+  md.causal = false;
+  md.num_reqs = 1;
+  md.num_tokens = 3;
+  md.num_decodes = 1;
+  md.num_decode_tokens = 3;
+  md.max_decode_query_len = 1;  // understates the block: the host check W + 1 <= 9 passes
+  md.token_to_req_indices = t2r;
+  md.is_valid_token = valid;
+  md.decode_swa = {rows.data(), lens.data(), 3, width, width, 8, MemorySpace::kHost};
+  md.prefill_swa = {nullptr, nullptr, 0, 8, 8, 8, MemorySpace::kHost};
+  md.window_size = 8;
+  const BatchInput batch{qsl, seq, {bt.data(), 1, 2, 2, MemorySpace::kHost}, {}, false, {}};
+  Arena arena;
+  DeviceStep dev(&arena, md, batch);
+  const MixedMatrixShape shape = mixed_matrix_shape(md, {});
+  ASSERT_EQ(shape.row_width, 12);
+  OutputPair mixed(&arena, 3, shape.row_width, shape.row_width);
+  EXPECT_FALSE(build_mixed_matrix({md, batch, 4}, {}, mixed.host()).ok());
+  SPARSE_SWA_ASSERT_OK(build_mixed_matrix({dev.md, dev.batch, 4}, {}, mixed.device()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Row got = download(mixed.dev_data, 3 * 12);
+  EXPECT_EQ(download(mixed.dev_lens, 3), Row({0, 9, 8}));
+  EXPECT_EQ(Row(got.begin(), got.begin() + 12), Row(12, -1));
+  EXPECT_EQ(Row(got.begin() + 12, got.begin() + 24),
+            Row({0, 1, 2, 3, -1, -1, -1, -1, 4, -1, -1, -1}));
+  EXPECT_EQ(Row(got.begin() + 24, got.end()), Row({0, 1, 2, 3, 4, -1, -1, -1, -1, -1, -1, -1}));
+  // Lens that are not the non-causal row's: every token masked.
+  const Row causal_lens = {3, 4, 5};
+  dev.md.decode_swa.lens = arena.upload(causal_lens.data(), causal_lens.size());
+  SPARSE_SWA_ASSERT_OK(build_mixed_matrix({dev.md, dev.batch, 4}, {}, mixed.device()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(download(mixed.dev_lens, 3), Row({0, 0, 0}));
+  EXPECT_EQ(download(mixed.dev_data, 3 * 12), Row(3 * 12, -1));
 }
 
 // The launchers enqueue on the caller's stream without synchronising: a CUDA graph captured at

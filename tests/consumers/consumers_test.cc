@@ -364,14 +364,18 @@ TEST(ConsumerRegression, DsparkSevenDecodeTokensThroughMixedPathWidth192And256) 
     wide.decode_swa = rows.view;
     const MixedMatrixShape shape = mixed_matrix_shape(wide, {});
     EXPECT_EQ(shape.swa_width, width);
-    Output out(7, shape.row_width);
-    Row swa_lens(7, kPoison);
-    SPARSE_SWA_ASSERT_OK(build_mixed_matrix({wide, input, 64}, {}, out.view(), swa_lens));
-    for (int t = 0; t < 7; ++t) {
-      // min(prefix 293, W 128) + 7 = 135 positions 165..299, slot == position (identity pages).
-      EXPECT_EQ(out.row(t), padded(iota_row(165, 135), width)) << t;
-      EXPECT_EQ(out.lens[t], width);
-      EXPECT_EQ(swa_lens[t], 135);
+    for (MixedMatrixForm form : {MixedMatrixForm::kFlashInferSm100, MixedMatrixForm::kVerbatim}) {
+      Output out(7, shape.row_width);
+      Row swa_lens(7, kPoison);
+      SPARSE_SWA_ASSERT_OK(build_mixed_matrix({wide, input, 64}, {}, form, out.view(), swa_lens));
+      for (int t = 0; t < 7; ++t) {
+        // min(prefix 293, W 128) + 7 = 135 positions 165..299, slot == position (identity pages).
+        // A full window (prefix >= W) is re-laid in place: the W context slots, then the block
+        // from column W; only lens differ (W + ql for the SM100 kernel, S for the copy).
+        EXPECT_EQ(out.row(t), padded(iota_row(165, 135), width)) << t;
+        EXPECT_EQ(out.lens[t], form == MixedMatrixForm::kVerbatim ? width : 135);
+        EXPECT_EQ(swa_lens[t], 135);
+      }
     }
     Row indptr(8), values(ragged_capacity(rows.view));
     SPARSE_SWA_ASSERT_OK(
@@ -753,11 +757,13 @@ TEST(ConsumerProperties, RandomBatchesAgreeWithBuilderRows) {
     const ConsumerStep step{md, input, rc.config.block_size};
     const int32_t t_count = md.num_tokens, td = md.num_decode_tokens;
 
-    // Mixed matrix, SWA-only layer: decode rows copied, prefill rows recomputed == builder rows.
+    // Mixed matrix, SWA-only layer, verbatim form: decode rows copied, prefill rows recomputed
+    // == builder rows (the SM100 form: ConsumerProperties.RelaidRowsKeepTheKernelContract).
     const MixedMatrixShape shape = mixed_matrix_shape(md, {});
     Output mixed(t_count, shape.row_width, formulas::round_up(shape.row_width + 4, 4));
     Row swa_lens(t_count, kPoison);
-    SPARSE_SWA_ASSERT_OK(build_mixed_matrix(step, {}, mixed.view(), swa_lens));
+    SPARSE_SWA_ASSERT_OK(
+        build_mixed_matrix(step, {}, MixedMatrixForm::kVerbatim, mixed.view(), swa_lens));
     for (int32_t t = 0; t < t_count; ++t) {
       const bool valid = md.is_valid_token[t];
       const ConstIndexView& v = t < td ? md.decode_swa : md.prefill_swa;

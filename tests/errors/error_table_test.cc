@@ -20,6 +20,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -285,6 +286,28 @@ const std::map<std::string, ApiCase>& api_cases() {
          const ConsumerStep step{s.md, s.batch, 4};
          return build_mixed_matrix(
              step, topk, {out.data(), lens.data(), 7, shape.row_width, shape.row_width + 1, 0});
+       }},
+      {"api_mixed_relayout_width",
+       [] {
+         // One non-causal block, W = 8, prefix 2, ql 3, in a 9-wide decode view: token 0's
+         // SM100 relayout needs W + spill = 10 columns (max_decode_query_len understates the
+         // block, so the W + max_decode_query_len check passes).
+         static const std::vector<int32_t> qsl = {0, 3}, seq = {5}, bt = {0, 1}, t2r = {0, 0, 0},
+                                           lens = {5, 5, 5};
+         static const std::vector<uint8_t> valid = {1, 1, 1};
+         std::vector<int32_t> rows(27, -1), out(36), out_lens(3);
+         for (int t = 0; t < 3; ++t) std::iota(rows.begin() + 9 * t, rows.begin() + 9 * t + 5, 0);
+         SwaMetadata md;
+         md.causal = false;
+         md.num_reqs = md.num_decodes = 1;
+         md.num_tokens = md.num_decode_tokens = 3;
+         md.token_to_req_indices = t2r;
+         md.is_valid_token = valid;
+         md.decode_swa = {rows.data(), lens.data(), 3, 9, 9, 8};
+         md.prefill_swa = {nullptr, nullptr, 0, 8, 8, 8};
+         md.window_size = 8;
+         const BatchInput batch{qsl, seq, {bt.data(), 1, 2, 2}, {}, false, {}};
+         return build_mixed_matrix({md, batch, 4}, {}, {out.data(), out_lens.data(), 3, 12, 12, 8});
        }},
       {"api_ragged_capacity",
        [] {

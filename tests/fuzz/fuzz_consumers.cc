@@ -435,6 +435,67 @@ void fuzz_copy_global(FuzzedDataProvider& in, const SwaMetadata& md) {
   }
 }
 
+// One successful build_mixed_matrix: the view invariants, and on uncorrupted steps the SWA
+// section against the builder's rows (re-laid by the rule of docs/semantics.md#mixed-matrix for
+// non-causal decode rows in the SM100 form).
+void check_mixed_matrix(const ConsumerStep& step, MixedMatrixForm form,
+                        const MixedMatrixShape& shape, const OutView& out,
+                        const std::vector<int32_t>& swa_lens, bool exact, const char* stage) {
+  const SwaMetadata& md = step.md;
+  const int64_t t_count = md.num_tokens;
+  if (t_count > out.view.rows || t_count > real_tokens(md)) {
+    report(stage, "accepted num_tokens past the output or the metadata");
+  }
+  if (std::string e = out.outside_intact(t_count); !e.empty()) report(stage, e);
+  for (int64_t t = 0; t < t_count; ++t) {
+    const bool valid = token_valid(md, t);
+    if (std::string e = check_out_row(out.view, t, valid, out.view.width, INT32_MIN); !e.empty()) {
+      report(stage, e);
+    }
+    if (!swa_lens.empty() && (swa_lens[t] < 0 || swa_lens[t] > shape.swa_width)) {
+      report(stage, str_cat("swa_lens[", t, "] = ", swa_lens[t]));
+    }
+    if (!exact || !valid) continue;
+    // The SWA section repeats the builder's row for the token (decode and prefill alike).
+    const bool decode = t < md.num_decode_tokens;
+    const ConstIndexView& v = decode ? md.decode_swa : md.prefill_swa;
+    const int64_t i = decode ? t : t - md.num_decode_tokens;
+    const bool relaid = decode && !md.causal && form == MixedMatrixForm::kFlashInferSm100;
+    int64_t wl = 0, sp = 0, section = shape.swa_width;
+    if (relaid) {  // wl = min(pos + 1, W), sp = min(prefix, W) + ql - wl, section W + sp
+      const int32_t r = md.token_to_req_indices[t];
+      const int64_t qs = step.batch.query_start_loc[r];
+      const int64_t ql = step.batch.query_start_loc[r + 1] - qs;
+      const int64_t prefix = step.batch.seq_lens[r] - ql;
+      wl = std::min<int64_t>(prefix + (t - qs) + 1, md.window_size);
+      sp = std::min<int64_t>(prefix, md.window_size) + ql - wl;
+      section = md.window_size + sp;
+      if (out.view.lens[t] < section) {
+        report(stage,
+               str_cat("token ", t, ": lens ", out.view.lens[t], " below W + spill ", section));
+      }
+    }
+    for (int64_t j = 0; j < section; ++j) {
+      int32_t want;
+      if (relaid) {
+        const int64_t from = j < md.window_size ? (j < wl ? j : -1) : j - md.window_size + wl;
+        want = from < 0 ? -1 : v.row(i)[from];
+      } else {
+        // Decode rows are copied whole (-1 padded to S); prefill rows are recomputed (-1 past
+        // lens).
+        want = j < v.width && (decode || j < v.lens[i]) ? v.row(i)[j] : -1;
+      }
+      if (out.view.row(t)[j] != want) {
+        report(stage, str_cat("token ", t, " SWA entry ", j, ": got ", out.view.row(t)[j],
+                              ", expected ", want));
+      }
+    }
+    if (!swa_lens.empty() && swa_lens[t] != v.lens[i]) {
+      report(stage, str_cat("swa_lens[", t, "] = ", swa_lens[t], ", expected ", v.lens[i]));
+    }
+  }
+}
+
 void fuzz_mixed_matrix(FuzzedDataProvider& in, const ConsumerStep& step, bool exact) {
   const SwaMetadata& md = step.md;
   Cache c = fuzz_cache(in, md.num_reqs);
@@ -463,52 +524,26 @@ void fuzz_mixed_matrix(FuzzedDataProvider& in, const ConsumerStep& step, bool ex
   const MixedMatrixShape shape = mixed_matrix_shape(md, topk);
   const int64_t rows = real_tokens(md) + in.ConsumeIntegralInRange<int>(-1, 1);
   const int32_t width = shape.row_width + 4 * in.ConsumeIntegralInRange<int32_t>(-1, 1);
-  OutView out(rows, width, width + in.ConsumeIntegralInRange<int>(0, 5));
-  std::vector<int32_t> swa_lens;
+  const int64_t stride = width + in.ConsumeIntegralInRange<int>(0, 5);
+  std::vector<int32_t> swa_lens_given;
   if (in.ConsumeBool()) {
-    swa_lens.assign(std::max<int64_t>(real_tokens(md) + in.ConsumeIntegralInRange<int>(-1, 1), 0),
-                    kPoison);
+    swa_lens_given.assign(
+        std::max<int64_t>(real_tokens(md) + in.ConsumeIntegralInRange<int>(-1, 1), 0), kPoison);
   }
-  const std::vector<int32_t> swa_before = swa_lens;
-  const Status s = build_mixed_matrix(step, topk, out.view, swa_lens);
-  if (!s.ok()) {
-    expect_invalid(s, "build_mixed_matrix");
-    if (!out.untouched() || swa_lens != swa_before) {
-      report("build_mixed_matrix", "wrote output before failing");
-    }
-    return;
-  }
-  const int64_t t_count = md.num_tokens;
-  if (t_count > out.view.rows || t_count > real_tokens(md)) {
-    report("build_mixed_matrix", "accepted num_tokens past the output or the metadata");
-  }
-  if (std::string e = out.outside_intact(t_count); !e.empty()) report("build_mixed_matrix", e);
-  for (int64_t t = 0; t < t_count; ++t) {
-    const bool valid = token_valid(md, t);
-    if (std::string e = check_out_row(out.view, t, valid, out.view.width, INT32_MIN); !e.empty()) {
-      report("build_mixed_matrix", e);
-    }
-    if (!swa_lens.empty() && (swa_lens[t] < 0 || swa_lens[t] > shape.swa_width)) {
-      report("build_mixed_matrix", str_cat("swa_lens[", t, "] = ", swa_lens[t]));
-    }
-    if (!exact || !valid) continue;
-    // The SWA section repeats the builder's row for the token (decode and prefill alike).
-    const bool decode = t < md.num_decode_tokens;
-    const ConstIndexView& v = decode ? md.decode_swa : md.prefill_swa;
-    const int64_t i = decode ? t : t - md.num_decode_tokens;
-    for (int32_t j = 0; j < shape.swa_width; ++j) {
-      // Decode rows are copied whole (-1 padded to S); prefill rows are recomputed (-1 past lens).
-      const int32_t want = j < v.width ? v.row(i)[j] : -1;
-      const int32_t want_section = decode || j < v.lens[i] ? want : -1;
-      if (out.view.row(t)[j] != want_section) {
-        report("build_mixed_matrix", str_cat("token ", t, " SWA entry ", j, ": got ",
-                                             out.view.row(t)[j], ", expected ", want_section));
+  // Both forms on the same inputs (no input bytes pick the form).
+  for (MixedMatrixForm form : {MixedMatrixForm::kFlashInferSm100, MixedMatrixForm::kVerbatim}) {
+    const std::string stage = str_cat("build_mixed_matrix (", mixed_matrix_form_name(form), ")");
+    OutView out(rows, width, stride);
+    std::vector<int32_t> swa_lens = swa_lens_given;
+    const Status s = build_mixed_matrix(step, topk, form, out.view, swa_lens);
+    if (!s.ok()) {
+      expect_invalid(s, stage.c_str());
+      if (!out.untouched() || swa_lens != swa_lens_given) {
+        report(stage.c_str(), "wrote output before failing");
       }
+      continue;
     }
-    if (!swa_lens.empty() && swa_lens[t] != v.lens[i]) {
-      report("build_mixed_matrix",
-             str_cat("swa_lens[", t, "] = ", swa_lens[t], ", expected ", v.lens[i]));
-    }
+    check_mixed_matrix(step, form, shape, out, swa_lens, exact, stage.c_str());
   }
 }
 

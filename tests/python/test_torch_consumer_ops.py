@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """torch.ops.sparse_swa consumer ops (compressed_topk_to_global, mixed_matrix, combined_prefill)
 over the metadata's arrays: equal to the plain functions on an SwaMetadata bit for bit on random
-batches (decode, MTP, DSpark, padding, chunked prefill, images; compressed ratios 1, 4 and 128),
-errors naming the argument, fake implementations (opcheck, torch.compile(fullgraph=True)), and
-on a GPU the CUDA path equal to the CPU one. Skipped without torch; GPU tests skip without
-CUDA."""
+batches (decode, MTP, DSpark, padding, chunked prefill, images; compressed ratios 1, 4 and 128;
+both mixed-matrix forms), the SM100 relayout of DSpark rows by hand, errors naming the argument,
+fake implementations (opcheck, torch.compile(fullgraph=True)), and on a GPU the CUDA path equal
+to the CPU one. Skipped without torch; GPU tests skip without CUDA."""
 
 import random
 
@@ -22,6 +22,7 @@ from sparse_swa import torch_ops  # noqa: E402  registers the ops
 ops = torch.ops.sparse_swa
 cuda = pytest.mark.skipif(not (torch.cuda.is_available() and sparse_swa.cuda_available()),
                           reason="needs a CUDA GPU and sparse_swa's CUDA backend")
+FORMS = ("flashinfer_sm100", "verbatim")
 CHUNKED = {"window_size": 32, "block_size": 16, "max_num_batched_tokens": 64,
            "max_num_seqs": 8, "max_model_len": 128}
 
@@ -124,9 +125,11 @@ def test_ops_equal_the_plain_functions_on_random_batches(seed):
     seq = arrays[1]
     for ratio in (1, 4, 128):
         args = compressed_inputs(rng, md, seq, ratio)
-        got = ops.mixed_matrix(**torch_ops.metadata_args(md, "mixed_matrix"), **args)
-        for g, e in zip(got, plain_mixed(md, args)):
-            assert g.dtype == torch.int32 and torch.equal(g, e)
+        for form in FORMS:
+            got = ops.mixed_matrix(**torch_ops.metadata_args(md, "mixed_matrix"), **args,
+                                   form=form)
+            for g, e in zip(got, plain_mixed(md, {**args, "form": form})):
+                assert g.dtype == torch.int32 and torch.equal(g, e)
         prefill_local = args.get("prefill_local")
         rows, lens, plan = ops.combined_prefill(
             **torch_ops.metadata_args(md, "combined_prefill"), compress_ratio=ratio,
@@ -166,6 +169,75 @@ def test_a_decode_only_vision_step_keeps_the_prefill_width():
         assert torch.equal(g, e)
     args["prefill_swa_width"] = None  # the decode rows' width alone
     assert ops.mixed_matrix(**args)[0].shape[1] == md.decode_swa_width
+
+
+def dspark_step():
+    """docs/semantics.md example 3: W = 8, Wn = 64; request 0 prefix 10, request 1 prefix 2,
+    three draft tokens each."""
+    case = load_case("dspark_draft")
+    _, md = build(case["config"], batch_arrays(case["batch"]), causal=False)
+    return md
+
+
+def test_dspark_rows_relaid_for_sm100():
+    """docs/semantics.md#sm100-relayout, worked by hand: a full window keeps its row (lens
+    W + ql = 11); request 1's tokens show their causal part from column 0 and the rest of the
+    block from column W = 8. The verbatim form copies the rows, lens S = 64."""
+    md = dspark_step()
+    req0 = [30, 31, 12, 13, 14, 15, 36, 37, 38, 39, 8]
+    want = [req0] * 3 + [[20, 21, 22, -1, -1, -1, -1, -1, 23, 44],
+                         [20, 21, 22, 23, -1, -1, -1, -1, 44], [20, 21, 22, 23, 44]]
+    args = torch_ops.metadata_args(md, "mixed_matrix")
+    assert args["causal"] is False
+    for indices, lens, swa_lens in (md.mixed_matrix(), ops.mixed_matrix(**args)):
+        indices, lens, swa_lens = (np.asarray(a).tolist() for a in (indices, lens, swa_lens))
+        assert [row[:len(w)] for row, w in zip(indices, want)] == want
+        assert all(v == -1 for row, w in zip(indices, want) for v in row[len(w):])
+        assert lens == [11, 11, 11, 10, 9, 8] and swa_lens == [11, 11, 11, 5, 5, 5]
+    for indices, lens, _ in (md.mixed_matrix(form="verbatim"),
+                             ops.mixed_matrix(**args, form="verbatim")):
+        indices = np.asarray(indices).tolist()
+        assert indices[3][:6] == [20, 21, 22, 23, 44, -1] and np.asarray(lens).tolist() == [64] * 6
+    with pytest.raises(ValueError, match=r'^form: expected "flashinfer_sm100" or "verbatim", '
+                                         r"got 'sm90'"):
+        md.mixed_matrix(form="sm90")
+    with pytest.raises(ValueError, match=r"^form: expected"):
+        ops.mixed_matrix(**args, form="sm90")
+
+
+def one_block(width, lens=(5, 5, 5)):
+    """The mixed_matrix op's arguments for one non-causal block, W = 8, identity pages, prefix
+    2, ql 3 (rows 0 1 2 3 4) in a decode view `width` wide; max_decode_query_len left at 1."""
+    rows = torch.full((3, width), -1, dtype=torch.int32)
+    rows[:, :5] = torch.arange(5, dtype=torch.int32)
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    return dict(query_start_loc=i32([0, 3]), seq_lens=i32([5]), block_table=i32([[0, 1]]),
+                block_size=4, token_to_req_indices=i32([0, 0, 0]),
+                is_valid_token=torch.ones(3, dtype=torch.bool), num_decodes=1,
+                decode_swa_indices=rows, decode_swa_lens=i32(list(lens)),
+                prefill_swa_indices=None, prefill_swa_lens=None, prefill_swa_width=None,
+                prefill_gather_lens=None, prefill_left_visible=None, prefill_right_visible=None,
+                window_size=8, causal=False)
+
+
+def test_relayout_width_bound_names_the_width():
+    """Token 0 needs W + spill = 10 SWA columns; a 9-wide view (vLLM-built arrays whose blocks
+    outgrow Wn - W) is a ValueError, never a write past the row."""
+    with pytest.raises(ValueError, match=r"^decode_swa_indices.width: the relaid non-causal row "
+                                         r"of token 0 \(request 0, query_len 3, prefix 2\) needs "
+                                         r"window_size \+ spill = 8 \+ 2 = 10 SWA columns, "
+                                         r"expected <= the mixed matrix's S = 9, got 10"):
+        ops.mixed_matrix(**one_block(9))
+    indices, lens, _ = ops.mixed_matrix(**one_block(9), form="verbatim")
+    assert lens.tolist() == [9, 9, 9]
+    indices, lens, swa_lens = ops.mixed_matrix(**one_block(10))
+    assert indices[0].tolist()[:10] == [0, 1, 2, -1, -1, -1, -1, -1, 3, 4]
+    assert lens.tolist() == [10, 9, 8] and swa_lens.tolist() == [5, 5, 5]
+    assert bool((lens <= indices.shape[1]).all())
+    with pytest.raises(ValueError, match=r"^decode_swa_lens\[0\]: expected the non-causal "
+                                         r"row's min\(prefix, window_size\) \+ query_len = "
+                                         r"min\(2, 8\) \+ 3 = 5, got 3"):
+        ops.mixed_matrix(**one_block(16, lens=(3, 4, 5)))
 
 
 def mtp_step():
@@ -270,6 +342,7 @@ def test_compressed_topk_errors_name_the_argument():
 def test_schemas_and_opcheck():
     assert str(ops.combined_prefill.default._schema).endswith("-> (Tensor, Tensor, Tensor)")
     assert "int? compressed_block_size=None" in str(ops.mixed_matrix.default._schema)
+    assert 'str form="flashinfer_sm100"' in str(ops.mixed_matrix.default._schema)
     assert str(ops.compressed_topk_to_global.default._schema).startswith(
         "sparse_swa::compressed_topk_to_global(Tensor token_to_req_indices, Tensor "
         "is_valid_token, int num_reqs, int first_token, Tensor local, Tensor block_table, ")
@@ -337,10 +410,13 @@ def test_cuda_ops_equal_the_cpu_ops(seed):
     for ratio in (1, 4, 128):
         args = compressed_inputs(rng, host, arrays[1], ratio)
         dev_args = to_device(args, "cuda")
-        got = ops.mixed_matrix(**torch_ops.metadata_args(dev, "mixed_matrix"), **dev_args)
-        expected = ops.mixed_matrix(**torch_ops.metadata_args(host, "mixed_matrix"), **args)
-        for g, e in zip(got, expected):
-            assert g.is_cuda and torch.equal(g.cpu(), e)
+        for form in FORMS:
+            got = ops.mixed_matrix(**torch_ops.metadata_args(dev, "mixed_matrix"), **dev_args,
+                                   form=form)
+            expected = ops.mixed_matrix(**torch_ops.metadata_args(host, "mixed_matrix"), **args,
+                                        form=form)
+            for g, e in zip(got, expected):
+                assert g.is_cuda and torch.equal(g.cpu(), e)
         pl = args.get("prefill_local")
         got = ops.combined_prefill(**torch_ops.metadata_args(dev, "combined_prefill"),
                                    compress_ratio=ratio, chunk_size=chunk_size,
@@ -365,6 +441,17 @@ def test_cuda_ops_equal_the_cpu_ops(seed):
             block_table=args["compressed_block_table"], **common)
         for g, e in zip(got, expected):
             assert g.is_cuda and torch.equal(g.cpu(), e)
+
+
+@cuda
+def test_cuda_relayout_past_the_row_is_masked():
+    """The GPU cannot raise without a sync: the token whose relayout would pass its row gets -1
+    and lens 0, its neighbours are re-laid as on the CPU."""
+    args = to_device(one_block(9), "cuda")
+    indices, lens, _ = ops.mixed_matrix(**args)
+    assert lens.tolist() == [0, 9, 8]
+    assert indices[0].tolist() == [-1] * indices.shape[1]
+    assert indices[1].tolist()[:9] == [0, 1, 2, 3, -1, -1, -1, -1, 4]
 
 
 @cuda
