@@ -6,8 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE_SWA_BENCH=OFF \
-  -DSPARSE_SWA_PYTHON=OFF -DSPARSE_SWA_TEST_DATA_DIR=tests/data \
-  -DSPARSE_SWA_EXAMPLES_DIR=examples/batches >/dev/null
+  -DSPARSE_SWA_PYTHON=OFF >/dev/null
 cmake --build build-gpu -j "$(nproc)" --target sparse_swa_tests sparse-swa sparse_swa_cuda_launch_probe \
   sparse_swa_attention_bench sparse_swa_soak sparse_swa_gather_bench
 rm -rf .gpu-bin && mkdir .gpu-bin
