@@ -15,6 +15,8 @@
 #   bench     sparse_swa_attention_bench of each tree, alone, ROUNDS times (default 2) in the order
 #             old new, new old, ...; RUNS graph replays a shape (default 30), BENCH_ARGS passed on
 #   builder   `sparse-swa bench --backend cuda` of each tree, alternating the same way
+# Sized for one 10-minute device call: the correctness jobs run at once (each at most 300 s,
+# TEST_TIMEOUT / SANITIZE_TIMEOUT), then four benchmark runs of ~50 s; ROUNDS=1 halves the second.
 # Prints one table: shape, old and new median (µs, the mean of the rounds' medians), new / old,
 # each tree's largest error against the double reference and its kernel; then the tests' and
 # sanitizers' verdicts. Exit 0 only if everything passed and no shape is more than TOL (0.02)
@@ -49,7 +51,7 @@ if [[ $cmd == build ]]; then
   du -sh .gpu-bin ".gpu-bin/rev-$name"
   exit 0
 fi
-[[ $cmd == run ]] || { sed -n '3,22p' "$0"; exit 2; }
+[[ $cmd == run ]] || { sed -n '3,23p' "$0"; exit 2; }
 
 name=${1:?usage: scripts/gpu/ab.sh run NAME [STAGES...]}
 shift
@@ -91,12 +93,12 @@ run_job() {
   local side=$1 job=$2 dir=$NEW filter
   [[ $side == old ]] && dir=$OLD
   case $job in
-    tests) timeout "${TEST_TIMEOUT:-400}" "$dir/sparse_swa_tests" \
+    tests) timeout "${TEST_TIMEOUT:-300}" "$dir/sparse_swa_tests" \
       --gtest_filter="${TEST_FILTER:-*Attention*}" --gtest_brief=1 ;;
     *)
       filter=${SANITIZE_FILTER:-AttentionCuda.*:$small:*AttentionCudaVsCpu*/H8_*}
       [[ $job == racecheck ]] && filter=${RACECHECK_FILTER:-$small}
-      timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool "$job" --error-exitcode 9 \
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$job" --error-exitcode 9 \
         "$dir/sparse_swa_tests" --gtest_filter="$filter" --gtest_brief=1 ;;
   esac >"$R/logs/${side}_$job.log" 2>&1
   echo $? >"$R/logs/${side}_$job.rc"
