@@ -32,7 +32,8 @@ if [[ $cmd == build ]]; then
   name=${2:-$rev}
   src=$PWD/build-rev-$name/src
   rm -rf "build-rev-$name/src" && git worktree prune
-  git worktree add -f --detach "$src" "$rev" >/dev/null
+  git worktree add -f --detach "$src" "$rev" >/dev/null 2>&1
+  trap 'git worktree remove --force "$src"' EXIT  # the checkout goes, the build folder stays
   # Older trees compiled their data folders in: relative ones work from the repo root there.
   # The same options as scripts/gpu/build.sh.
   cmake -S "$src" -B "build-rev-$name/build" --no-warn-unused-cli -DCMAKE_BUILD_TYPE=Release \
@@ -47,7 +48,6 @@ if [[ $cmd == build ]]; then
     cp "build-rev-$name/build/$f" "$b" && strip "$b" && xz -T0 -6 "$b"
   done
   git -C "$src" rev-parse HEAD >".gpu-bin/rev-$name/REVISION"
-  git worktree remove --force "$src"
   du -sh .gpu-bin ".gpu-bin/rev-$name"
   exit 0
 fi
