@@ -178,9 +178,9 @@ if bench_old or bench_new:
             flag += " (one tree only)"
         cell = lambda v, f: f.format(v) if v is not None else "—"
         print(f"| {shape} | {cell(o and o[0], '{:.1f}')} | {cell(n and n[0], '{:.1f}')} | "
-              f"{cell(ratio, '{:.3f}')}{flag} | {cell(o and o[1]['max_err'], '{:.3g}')} | "
-              f"{cell(n and n[1]['max_err'], '{:.3g}')} | "
-              f"{o[1]['kernel'] if o else '—'} / {n[1]['kernel'] if n else '—'} |")
+              f"{cell(ratio, '{:.3f}')}{flag} | {cell(o and o[1].get('max_err'), '{:.3g}')} | "
+              f"{cell(n and n[1].get('max_err'), '{:.3g}')} | "
+              f"{o[1].get('kernel', '?') if o else '—'} / {n[1].get('kernel', '?') if n else '—'} |")
     ratios = [bench_new[s][0] / bench_old[s][0] for s in bench_old if s in bench_new]
     if ratios:
         print(f"\n{len(ratios)} shapes; new / old from {min(ratios):.3f} to {max(ratios):.3f}, "
