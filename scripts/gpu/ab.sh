@@ -65,10 +65,11 @@ trap 'tar czf "$OUT/ab_logs.tgz" -C "$R" . 2>/dev/null' EXIT
 # The old tree's binaries, unpacked.
 OLD=$(mktemp -d)
 for z in ".gpu-bin/rev-$name"/*.xz; do
-  [[ -f $z ]] || { echo "no .gpu-bin/rev-$name/*.xz: run scripts/gpu/ab.sh build REV $name here"; exit 2; }
+  [[ -f $z ]] || { echo "no .gpu-bin/rev-$name/*.xz (scripts/gpu/ab.sh build REV $name)"; exit 2; }
   out=$OLD/$(basename "$z" .xz)
   if command -v xz >/dev/null; then xz -dc "$z" >"$out"; else
-    python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$z" >"$out"
+    python3 -c 'import lzma, shutil, sys
+shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$z" >"$out"
   fi
   chmod +x "$out"
 done
@@ -161,7 +162,8 @@ def merged(kind, side, key, field):
 bench_old = merged("bench", "old", lambda r: r["shape"], "median_us")
 bench_new = merged("bench", "new", lambda r: r["shape"], "median_us")
 if bench_old or bench_new:
-    print("| shape | old µs | new µs | new / old | old max err | new max err | kernel old / new |")
+    print("| shape | old µs | new µs | new / old | old max err | new max err "
+          "| kernel old / new |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for shape in list(bench_old) + [s for s in bench_new if s not in bench_old]:
         o, n = bench_old.get(shape), bench_new.get(shape)
@@ -180,7 +182,8 @@ if bench_old or bench_new:
         print(f"| {shape} | {cell(o and o[0], '{:.1f}')} | {cell(n and n[0], '{:.1f}')} | "
               f"{cell(ratio, '{:.3f}')}{flag} | {cell(o and o[1].get('max_err'), '{:.3g}')} | "
               f"{cell(n and n[1].get('max_err'), '{:.3g}')} | "
-              f"{o[1].get('kernel', '?') if o else '—'} / {n[1].get('kernel', '?') if n else '—'} |")
+              f"{o[1].get('kernel', '?') if o else '—'} / "
+              f"{n[1].get('kernel', '?') if n else '—'} |")
     ratios = [bench_new[s][0] / bench_old[s][0] for s in bench_old if s in bench_new]
     if ratios:
         print(f"\n{len(ratios)} shapes; new / old from {min(ratios):.3f} to {max(ratios):.3f}, "
@@ -191,7 +194,8 @@ scenario = lambda r: f"{r['decodes']} decodes + {r['prefills']} x {r['prefill_le
 b_old = merged("builder", "old", scenario, "build_wall_us_median")
 b_new = merged("builder", "new", scenario, "build_wall_us_median")
 if b_old and b_new:
-    print("\n| builder scenario | old wall µs | new wall µs | new / old | old device µs | new device µs |")
+    print("\n| builder scenario | old wall µs | new wall µs | new / old | old device µs "
+          "| new device µs |")
     print("|---|---:|---:|---:|---:|---:|")
     for s in b_old:
         if s in b_new:
