@@ -5,9 +5,9 @@ backward branch over at least --min instructions) with its instruction count and
 instructions that a change to a hot loop most often adds unseen: local-memory spills and reloads
 (STL, LDL), special-register reads (S2R), beside its wgmma (HGMMA) and mbarrier (SYNCS) counts
 and the uniform registers it names (UR).
-Run it on the build of a kernel variant before timing it (bench/README.md#variant-log, run 164:
-a build whose fp8_ds_mla producer loop gained a spill and S2R reads and went from 18 uniform
-registers to 5 measured 6-30 % slower).
+Run it on the build of a kernel variant before timing it (docs/notes/attention-retrospective.md,
+"Read the SASS before timing a variant": a build whose fp8_ds_mla producer loop gained a spill and
+S2R reads and went from 18 uniform registers to 5 measured 6-30 % slower).
 
     scripts/gpu/sass_loops.py build-gpu/CMakeFiles/sparse_swa.dir/src/cuda/FILE.cu.o \\
         [--kernel REGEX] [--min 200]

@@ -18,6 +18,7 @@
 
 #include "json/batch_json.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/source_tree.h"
 #include "support/status_matchers.h"
 #include "testing/batch_run.h"
 #include "testing/presets.h"
@@ -34,7 +35,7 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-fs::path data_dir() { return fs::path(SPARSE_SWA_EXAMPLES); }
+fs::path data_dir() { return testing::examples_dir(); }
 
 // Every <case>.json in examples/batches with a <case>.expected.json beside it.
 std::vector<std::string> case_names() {

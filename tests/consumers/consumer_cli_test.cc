@@ -16,6 +16,7 @@
 #include "json/consumer_json.h"
 #include "sparse_swa/dispatch_policy.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/source_tree.h"
 #include "support/status_matchers.h"
 
 namespace sparse_swa {
@@ -37,10 +38,10 @@ class ConsumerJson : public ::testing::Test {
  protected:
   void Load(const std::string& name) {
     // An example batch file (examples/batches), else a test input (tests/data).
-    const std::string example = std::string(SPARSE_SWA_EXAMPLES) + "/" + name;
+    const std::filesystem::path example = testing::examples_dir() / name;
     auto file = read_batch_file(std::filesystem::exists(example)
-                                    ? example
-                                    : std::string(SPARSE_SWA_TEST_DATA) + "/" + name);
+                                    ? example.string()
+                                    : (testing::test_data_dir() / name).string());
     SPARSE_SWA_ASSERT_OK(file.status());
     file_ = std::move(file).value();
     auto builder = MetadataBuilder::create(file_.config, Backend::kCpu);

@@ -30,6 +30,7 @@
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/kv_cache.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/source_tree.h"
 #include "testing/batch_run.h"
 
 namespace sparse_swa {
@@ -38,10 +39,8 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
-fs::path errors_dir() { return fs::path(SPARSE_SWA_TEST_DATA) / "errors"; }
-fs::path error_doc_path() {
-  return fs::path(SPARSE_SWA_TEST_DATA) / ".." / ".." / "docs" / "errors.md";
-}
+fs::path errors_dir() { return testing::test_data_dir() / "errors"; }
+fs::path error_doc_path() { return testing::source_dir() / "docs" / "errors.md"; }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -154,9 +154,10 @@ std::unique_ptr<Indices> make_indices(FuzzedDataProvider& in, int64_t num_tokens
         v = -1;
       } else if (kind == 1) {
         v = in.ConsumeIntegral<int32_t>();
-      } else if (kind == 2) {
-        v = static_cast<int32_t>(std::min<int64_t>(num_slots, INT32_MAX)) +
-            in.ConsumeIntegralInRange<int32_t>(-1, 1);
+      } else if (kind == 2) {  // next to the slot count, in int64 (it may be INT32_MAX)
+        const int64_t near =
+            std::min<int64_t>(num_slots, INT32_MAX) + in.ConsumeIntegralInRange<int32_t>(-1, 1);
+        v = static_cast<int32_t>(std::min<int64_t>(near, INT32_MAX));
       } else {
         v = num_slots > 0 ? static_cast<int32_t>(in.ConsumeIntegralInRange<int64_t>(
                                 0, std::min<int64_t>(num_slots - 1, INT32_MAX)))

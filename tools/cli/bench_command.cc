@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE] [--write-batches DIR]
 // Times build() on the scenarios of the reference script's `bench` (W = 128, block 256) with the
-// harness of bench/builder_timing.h: synchronised wall time, host time until build() returns,
+// harness of builder_timing.h: synchronised wall time, host time until build() returns,
 // and device time per build from a replayed CUDA graph of back-to-back builds; plus the card's
 // copy bandwidth, to put the device time next to the time it takes just to write the output
 // bytes. This command parses the options and prints.
@@ -38,7 +38,7 @@ Status write_batches(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return invalid_argument("--write-batches ", dir, ": ", ec.message());
-  std::mt19937_64 rng(bench::kScenarioSeed);
+  std::mt19937_64 rng(kScenarioSeed);
   for (const testing::BenchScenario& s : testing::bench_scenarios()) {
     const testing::TestBatch batch = testing::bench_batch(s, rng);
     const BatchFile file = batch_file_of(testing::bench_config(s.dspark), batch.input());
@@ -91,10 +91,10 @@ void print_table(std::ostream& out, const std::vector<std::vector<std::string>>&
 
 Status run_bench(const BenchOptions& opts) {
   if (!opts.batches_dir.empty()) return write_batches(opts.batches_dir);
-  auto timed = bench::time_builder({backend_named(opts.backend), opts.iters});
+  auto timed = time_builder({backend_named(opts.backend), opts.iters});
   SPARSE_SWA_RETURN_IF_ERROR(timed.status());
-  const bench::BuilderTimings& r = timed.value();
-  const bench::LaunchFloors& f = r.floors;
+  const BuilderTimings& r = timed.value();
+  const LaunchFloors& f = r.floors;
   std::cout << "sparse-swa bench: backend " << opts.backend << ", medians of " << opts.iters
             << " builds per scenario, times in microseconds\n";
   if (r.cuda) {
@@ -117,7 +117,7 @@ Status run_bench(const BenchOptions& opts) {
     table.push_back({"scenario", "tokens", "build_us", "update_us", "output"});
   }
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
-  for (const bench::ScenarioTiming& t : r.scenarios) {
+  for (const ScenarioTiming& t : r.scenarios) {
     const testing::BenchScenario& s = t.scenario;
     const char* method = s.dspark ? "dspark" : "none";
     const std::string update = t.update_host_us > 0 ? fixed(t.update_host_us, 2) : "-";

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The benchmark scenarios, once: the batch shapes of the reference script's bench, timed by
-// `sparse-swa bench` (bench/builder_timing.h) and the CPU benchmarks (bench/cpu_builder_bench.cc),
-// and written as batch files by `sparse-swa bench --write-batches`.
+// `sparse-swa bench` (tools/cli/builder_timing.h) and the CPU benchmarks
+// (bench/cpu_builder_bench.cc), and written as batch files by `sparse-swa bench --write-batches`.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace sparse_swa::bench {
+namespace sparse_swa::cli {
 
 namespace {
 
@@ -261,4 +261,4 @@ StatusOr<BuilderTimings> time_builder(const BuilderTimingOptions& opts) {
   return out;
 }
 
-}  // namespace sparse_swa::bench
+}  // namespace sparse_swa::cli

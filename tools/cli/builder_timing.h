@@ -11,7 +11,7 @@
 #include "sparse_swa/status.h"
 #include "testing/scenarios.h"
 
-namespace sparse_swa::bench {
+namespace sparse_swa::cli {
 
 // The seed of the scenarios' batches (testing::bench_batch, in bench_scenarios() order).
 inline constexpr uint64_t kScenarioSeed = 7;
@@ -50,4 +50,4 @@ struct BuilderTimings {
 // UNAVAILABLE for the CUDA backend without a CUDA build or device.
 StatusOr<BuilderTimings> time_builder(const BuilderTimingOptions& options);
 
-}  // namespace sparse_swa::bench
+}  // namespace sparse_swa::cli
