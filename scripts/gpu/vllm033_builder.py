@@ -14,7 +14,8 @@ are, read at run time; the other vllm modules they import are minimal stand-ins 
 
 Everything else under vllm (the attention layers' kernels and ops these model files import) is
 an empty stand-in that only has to let the class definitions run. Needs torch and triton; on a
-CPU, set TRITON_INTERPRET=1 before loading (the kernels then run in Triton's interpreter).
+CPU, set TRITON_INTERPRET=1 in the environment before Triton is imported (the kernels then run
+in Triton's interpreter).
 
   python3 scripts/gpu/vllm033_builder.py run CASE.json [...]   # each case's metadata as JSON
 
@@ -24,7 +25,6 @@ replay_start, the vllm033 section naming the model and builder, draft_update).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib.abc
 import importlib.machinery
 import importlib.util

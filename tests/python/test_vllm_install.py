@@ -7,6 +7,9 @@ a vLLM without those classes gets UnsupportedVllmError naming what it looked for
 tests/python/test_vllm_033_builder.py does the same on vLLM 0.33's real model files."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 import warnings
 from types import SimpleNamespace as NS
 
@@ -15,6 +18,7 @@ import pytest
 
 import sparse_swa
 from conftest import batch_arrays, load_case
+from sparse_swa.integrations import vllm_plugin
 from test_vllm_dropin import common, vllm_objects
 from vllm_stubs import fake_vllm, fresh_dropin
 
@@ -194,15 +198,15 @@ def test_the_plugin_installs_only_when_asked(vllm, monkeypatch):
     mods, dropin = vllm
     backend = attention(mods, *ATTENTION[0][:2]).swa_backend_cls
     own = backend.get_builder_cls()
-    monkeypatch.delenv(dropin.PLUGIN_ENV, raising=False)
-    dropin.vllm_plugin()
+    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    vllm_plugin.register()
     assert backend.get_builder_cls() is own
-    monkeypatch.setenv(dropin.PLUGIN_ENV, "yes")
+    monkeypatch.setenv(vllm_plugin.ENV, "yes")
     with pytest.raises(ValueError, match="SPARSE_SWA_VLLM: expected 1 \\(install\\) or "
                                          "0/unset, got 'yes'"):
-        dropin.vllm_plugin()
-    monkeypatch.setenv(dropin.PLUGIN_ENV, "1")
-    dropin.vllm_plugin()
+        vllm_plugin.register()
+    monkeypatch.setenv(vllm_plugin.ENV, "1")
+    vllm_plugin.register()  # the drop-in as sys.modules holds it: the fixture's
     assert issubclass(backend.get_builder_cls(), dropin.SparseSWAFlashMLAMetadataBuilder)
 
 
@@ -232,3 +236,14 @@ def test_images_widen_rows_only_for_vllms_deepseek_v4_config(vllm):
                                      spans={0: [(3, 7)]}))
         assert builder.prefill_index_width == width and md.prefill_swa_indices.shape[-1] == width
         assert (md.prefill_left_visible is None) == (width == W)
+
+
+def test_the_plugin_unasked_imports_nothing():
+    code = ("import os, sys\nos.environ.pop('SPARSE_SWA_VLLM', None)\n"
+            "from sparse_swa.integrations import vllm_plugin\nvllm_plugin.register()\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('vllm', 'torch', "
+            "'sparse_swa.integrations.vllm.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=os.environ.copy(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -76,8 +76,6 @@ def make(root="vllm", v4=True, v41=True, missing=(), extra_methods=None):
             attrs[method] = _refuse
         return _cls(name, bases, where, **attrs)
 
-    backend_mod = f"{root}.v1.attention.backend"
-
     class AttentionMetadataBuilder:
         _cudagraph_support = AttentionCGSupport.NEVER
         reorder_batch_threshold = None
@@ -94,7 +92,6 @@ def make(root="vllm", v4=True, v41=True, missing=(), extra_methods=None):
     module("v1.attention.backend", dict(
         AttentionCGSupport=AttentionCGSupport, AttentionBackend=AttentionBackend,
         AttentionMetadataBuilder=AttentionMetadataBuilder, max_decode_query_len=_threshold))
-    del backend_mod
 
     swa = f"{root}.v1.attention.backends.mla.sparse_swa"
     base = builder("DeepseekSparseSWAMetadataBuilder", (AttentionMetadataBuilder,), swa,

@@ -42,7 +42,6 @@ from .builder import (
 )
 from .config import LAYER_TYPES, builder_config, compress_ratios
 from .install import (
-    PLUGIN_ENV,
     SWA_BUILDER_TARGETS,
     Installation,
     Patch,
@@ -50,16 +49,15 @@ from .install import (
     UnsupportedVllmError,
     install,
     uninstall,
-    vllm_plugin,
 )
 from .metadata import SparseSWAMetadata
 from .shared import SharedSWAMetadataBuilds
 
 __all__ = [
-    "LAYER_TYPES", "PLUGIN_ENV", "SWA_BUILDER_TARGETS", "Installation", "Patch",
+    "LAYER_TYPES", "SWA_BUILDER_TARGETS", "Installation", "Patch",
     "SharedSWAMetadataBuilds", "SparseSWAFlashInferMetadataBuilder",
     "SparseSWAFlashMLAMetadataBuilder", "SparseSWAMetadata", "SparseSWAMetadataBuilder",
     "SparseSWAV41FlashInferMetadataBuilder", "SparseSWAV41FlashMLAMetadataBuilder",
     "SparseSWAV41MetadataBuilder", "Target", "UnsupportedVllmError", "builder_config",
-    "compress_ratios", "install", "uninstall", "vllm_plugin",
+    "compress_ratios", "install", "uninstall",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -160,7 +159,7 @@ def install(vllm: Any = None, targets: Sequence[Target] = SWA_BUILDER_TARGETS) -
     (None imports it). Idempotent; returns what it patched and what it left alone. Raises
     UnsupportedVllmError, naming every class it looked for, when it patched nothing. Each
     process that builds metadata (every vLLM worker) must call it, before its model runner
-    makes its builders: vllm_plugin() does that in every vLLM process."""
+    makes its builders (sparse_swa.integrations.vllm_plugin does that in every vLLM process)."""
     if vllm is None:
         try:
             vllm = importlib.import_module("vllm")
@@ -212,16 +211,3 @@ def uninstall(installation: Installation | None = None) -> int:
             p.restore()
             done += 1
     return done
-
-
-PLUGIN_ENV = "SPARSE_SWA_VLLM"
-
-
-def vllm_plugin() -> None:
-    """vLLM's general plugin (entry point group vllm.general_plugins, run in every vLLM
-    process): install() when SPARSE_SWA_VLLM=1, nothing otherwise."""
-    value = os.environ.get(PLUGIN_ENV, "")
-    if value not in ("", "0", "1"):
-        raise ValueError(f"{PLUGIN_ENV}: expected 1 (install) or 0/unset, got {value!r}")
-    if value == "1":
-        install()
