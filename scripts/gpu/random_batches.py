@@ -173,16 +173,16 @@ def add_vllm033(rng, mode, case, th, model_runner_v2):
     qlens = [qsl[r + 1] - qsl[r] for r in range(len(seq))]
     num_decodes = next((r for r, q in enumerate(qlens) if q > th), len(qlens))
     kind = rng.random()
-    if kind < 1 / 3:  # a prefix hit replays its last window: only prefilling requests
+    with_prefix = [r for r in range(len(seq)) if seq[r] > qlens[r] > 0]
+    if kind < 0.36 and with_prefix:  # a third of all cases, with those without a prefix
+        # A prefix hit replays its last window, for requests still prefilling: the prefills and
+        # some short extends among the decodes (at least one request).
         rs = [0] * len(seq)
-        prefilling = [r for r in range(len(seq)) if seq[r] - qlens[r] > 0
-                      and (r >= num_decodes or rng.random() < 0.2)]
-        for r in prefilling:
+        prefilling = [r for r in with_prefix if r >= num_decodes or rng.random() < 0.2]
+        for r in prefilling or [rng.choice(with_prefix)]:
             prefix = seq[r] - qlens[r]
-            rs[r] = rng.choice([prefix, rng.randint(0, prefix), max(prefix - c["window_size"], 0)])
-        if prefilling and not any(rs):
-            r = rng.choice(prefilling)
-            rs[r] = rng.randint(1, seq[r] - qlens[r])
+            rs[r] = rng.choice([prefix, rng.randint(1, prefix),
+                                max(prefix - c["window_size"], 1)])
         b["replay_start"] = rs
     elif kind < 2 / 3:
         b["replay_start"] = [0] * len(seq)
