@@ -142,6 +142,9 @@ if has python; then
       grep -E "CMAKE_CXX_COMPILER:|CMAKE_CXX_FLAGS:|CMAKE_CUDA_HOST_COMPILER" \
         /tmp/pybuild2/CMakeCache.txt'
   fi
+  # The vLLM drop-in against vLLM 0.33's builders and the seed's, with their counts (-s).
+  TAIL=30 step vllm_differentials env PYTHONPATH=/tmp/pysite python3 -m pytest -q -rs -s \
+    -p no:cacheprovider tests/python/test_vllm_033_builder.py tests/python/test_vllm_integration.py
   # One V4-Flash decode step from Python (plain functions, then torch.ops), and the vLLM drop-in
   # against vLLM's builder.
   TAIL=12 step decode_step env PYTHONPATH=/tmp/pysite python3 bench/decode_step.py
