@@ -188,7 +188,8 @@ def test_attention_on_device_matches_the_cpu_path(heads, tokens, extra):
     abs_v = weighted_abs_v(q_bits, segments, 0.05, sinks)
     assert_attention_close(bits_of(out), lse.cpu().numpy(), ref_out, ref_lse, abs_v)
     # Each tensor-core kernel forced (sm_90 devices run both; the bound covers either).
-    for kernel in ("decode", "prefill") if torch.cuda.get_device_capability() == (9, 0) else ():
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for kernel in ("sm90_tile32", "sm90_pairs") if sm90 else ():
         k_out, k_lse = sparse_swa.sparse_attention(
             dq, torch.from_numpy(swa).cuda(), BLOCK, torch.from_numpy(idx).cuda(),
             torch.from_numpy(lens).cuda(), 0.05, torch.from_numpy(sinks).cuda(), kernel=kernel,
