@@ -121,7 +121,7 @@ def random_indices(rng, tokens, width, num_slots):
 
 def weighted_abs_v(q_bits, segments, scale, sinks):
     """Per output element [T, H, 512]: the softmax-weighted mean of |V| over the token's keys (sink
-    included), the scale of the error the prefill kernel's bf16 P adds (docs/design.md#attention-
+    included), the scale of the error the pair kernels' bf16 P adds (docs/design.md#attention-
     precision). segments: (cache, block, indices [T, W], lens [T]) each."""
     q = sparse_swa.from_bf16_bits(q_bits).astype(np.float64)
     tokens, heads, _ = q.shape
@@ -147,7 +147,7 @@ def assert_attention_close(out_bits, lse, ref_bits, ref_lse, abs_v):
     got = sparse_swa.from_bf16_bits(out_bits).astype(np.float64)
     ref = sparse_swa.from_bf16_bits(ref_bits).astype(np.float64)
     # bf16 output: the fp32 and the double accumulation may round to neighbouring values; the
-    # prefill kernel's bf16 P adds up to 2^-9 x the weighted mean of |V| (allowed twice over).
+    # pair kernels' bf16 P adds up to 2^-9 x the weighted mean of |V| (allowed twice over).
     assert np.all(np.abs(got - ref) <= 2**-7 * np.abs(ref) + 2**-8 * abs_v + 1e-3), (
         np.abs(got - ref) - 2**-7 * np.abs(ref) - 2**-8 * abs_v).max()
     assert np.array_equal(np.isinf(lse), np.isinf(ref_lse))
