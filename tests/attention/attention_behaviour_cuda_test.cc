@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/overrides.h"
 #include "attention/sm90_plan.h"
 #include "common/fp8_e4m3.h"
 #include "sparse_swa/attention.h"
@@ -488,23 +489,33 @@ void check_decoded_keys(int32_t H) {
   SparseAttentionParams ref = hp;
   ref.swa_indices = swa_masked.view();
   ref.extra_indices = extra_masked.view();
-  for (const bool room : {true, false}) {
-    SCOPED_TRACE(room ? "decoded keys" : "no room: the caches read directly");
-    DeviceProblem dev(hp, swa, swa_rows, &extra, &extra_rows, q, sinks, room);
+  // With room: decoded keys; without: the caches read directly; with room but the decoded keys
+  // turned off (detail::AttentionOverrides): read directly, the workspace holding only slices.
+  struct Case {
+    bool room, decoded;
+    const char* what;
+  };
+  for (const Case c :
+       {Case{true, true, "decoded keys"}, Case{false, false, "no room: the caches read directly"},
+        Case{true, false, "decoded keys turned off: the caches read directly"}}) {
+    SCOPED_TRACE(c.what);
+    detail::AttentionOverrides overrides;
+    overrides.decoded_keys = c.decoded || !c.room;
+    DeviceProblem dev(hp, swa, swa_rows, &extra, &extra_rows, q, sinks, c.room);
     if (sparse_attention_kernel(dev.params()) == AttentionKernel::kAuto) {
       GTEST_SKIP() << "no sm_90a code for this device";
     }
     const int64_t bytes = dev.params().workspace == nullptr ? 0 : dev.params().workspace_bytes;
     const detail::Sm90Plan plan =
-        detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sms), bytes);
-    EXPECT_EQ(plan.decoded_keys, room);
-    if (room && H == 64) {
+        detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sms), bytes, overrides);
+    EXPECT_EQ(plan.decoded_keys, c.decoded);
+    if (c.decoded && H == 64) {
       // Two waves and 7 tokens: the last 7 in slices of one pair of 64-key blocks (328 keys: 3),
       // their partials after the decoded rows.
       EXPECT_EQ(plan.splits, 3);
       EXPECT_EQ(plan.whole_tokens, 2 * sms);
     }
-    SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+    SPARSE_SWA_ASSERT_OK(detail::sparse_attention_with(dev.params(), overrides));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dev.bad_count(), planted);
     const AttentionComparison e =
