@@ -45,7 +45,8 @@ constexpr int64_t kMinQueryGroupWaves = 1;
 // pass's work to a fraction of the attention's (docs/design.md#decoded-keys).
 constexpr int64_t kMinDecodedKeyWaves = 2;
 constexpr int64_t kMinDecodedReadsPerSlot = 4;
-// Slot ids of both caches as one key space (query-group unions, decoded keys) stay below 2^31.
+// Slot ids of both caches as one key space (query-group unions, decoded keys) stay below 2^31
+// (docs/design.md#query-groups, #decoded-keys).
 constexpr int64_t kMaxKeySpace = int64_t{1} << 31;
 
 // Every segment an fp8_ds_mla cache (read directly unless the plan decodes the keys first).
