@@ -15,7 +15,8 @@
 // TFLOP/s). Prints a table; --json FILE writes the numbers.
 //
 //   sparse_swa_attention_bench [--json FILE] [--runs N] [--only NAME] [--filter SUBSTRING]
-//                              [--no-split] [--no-query-groups] [--kernel auto|decode|prefill]
+//                              [--no-split] [--no-query-groups] [--kernel
+//                              auto|sm90_tile32|sm90_pairs]
 //                              [--sweep] [--cache fp8_ds_mla|bf16] [--sorted-rows] [--list]
 //                              [--help]
 // --cache sets the decode shapes' cache dtype (the prefill shapes keep theirs). --sorted-rows
@@ -279,9 +280,9 @@ T* upload(const std::vector<T>& v) {
 AttentionKernel g_kernel = AttentionKernel::kAuto;  // --kernel
 bool g_query_groups = true;  // --no-query-groups: shapes with groups call without the hint
 
+// The kernel family a call ran: "sm90_tile32", "sm90_pairs", or "general" (the SIMT kernel).
 const char* kernel_name(AttentionKernel k) {
-  return k == AttentionKernel::kPrefill ? "prefill"
-                                        : (k == AttentionKernel::kDecode ? "decode" : "general");
+  return k == AttentionKernel::kAuto ? "general" : attention_kernel_name(k);
 }
 
 struct Result {
@@ -357,8 +358,8 @@ Result run(const Scenario& s, int runs, bool allow_split, void* flush, size_t fl
 
   Result r;
   r.kernel = sparse_attention_kernel(dp);
-  // The prefill kernel rounds P to bf16 once: its bound adds 2^-9 x the weighted mean of |V|.
-  const bool bf16_p = r.kernel == AttentionKernel::kPrefill;
+  // The pair kernels round P to bf16 once: their bound adds 2^-9 x the weighted mean of |V|.
+  const bool bf16_p = r.kernel == AttentionKernel::kSm90Pairs;
   Status st = sparse_attention(dp);
   if (!st.ok()) {
     std::fprintf(stderr, "%s: %s\n", s.name.c_str(), st.to_string().c_str());
@@ -552,7 +553,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-split", no_split, "Plan without split-KV");
   app.add_flag("--no-query-groups", no_query_groups,
                "Call the MTP shapes without query_group_size");
-  app.add_option("--kernel", kernel, "auto, decode or prefill: the tensor-core kernel to force");
+  app.add_option("--kernel", kernel,
+                 "auto, sm90_tile32 or sm90_pairs: the tensor-core kernel family to force");
   app.add_flag("--sweep", sweep, "The batch-size sweep instead of the fixed shapes");
   app.add_option("--cache", cache, "fp8_ds_mla or bf16: the decode shapes' cache dtype");
   app.add_flag("--sorted-rows", sorted,
@@ -610,7 +612,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; %d runs per shape; split %s; query groups %s; decode cache %s\n",
               prop.name, prop.multiProcessorCount, runs, allow_split ? "on" : "off",
               g_query_groups ? "on" : "off", cache_dtype_name(decode_dtype));
-  std::printf("%-30s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-7s %s\n", "shape", "tokens",
+  std::printf("%-30s %7s %8s %8s %8s %9s %9s %7s %8s %8s %9s %-11s %s\n", "shape", "tokens",
               "median", "min", "warm", "floor", "FlashMLA", "TFLOP/s", "host", "host_dev",
               "max_err", "kernel", "check");
   nlohmann::json results = nlohmann::json::array();
@@ -626,7 +628,7 @@ int main(int argc, char** argv) {
     const Result r = run(s, runs, allow_split, flush, flush_bytes);
     all_ok = all_ok && r.ok;
     const double tflops = r.flops / (r.median_us * 1e-6) / 1e12;
-    std::printf("%-30s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-7s %s\n",
+    std::printf("%-30s %7d %8.1f %8.1f %8.1f %9.1f %9.1f %7.0f %8.1f %8.1f %9.2g %-11s %s\n",
                 s.name.c_str(), s.tokens, r.median_us, r.min_us, r.warm_us, r.floor_us,
                 s.flashmla_us, tflops, r.host_us, r.host_known_us, r.max_err, kernel_name(r.kernel),
                 r.ok ? "ok" : "FAIL");

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// How fast the SMs gather fp8_ds_mla key rows from random slots, loaded as the fp8_ds_mla prefill
-// kernel's producer loads them (src/cuda/attention_ds_mla_prefill_fp8.cu): 32 keys a block, four
+// How fast the SMs gather fp8_ds_mla key rows from random slots, loaded as the fp8_ds_mla pair
+// kernel's producer loads them (src/cuda/attention/sm90_pairs_fp8_kernel.cu): 32 keys a block, four
 // threads a key, each thread nine 16-byte loads of the row and one 8-byte load of its scales.
 // Rows are 576 bytes in 64-slot pages followed by the page's scales (the cache layout of
 // docs/semantics.md#page-layouts), from a pool that fits in L2 and from one that does not.
@@ -28,7 +28,9 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention_ds_mla_producer.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/fp8_decode.cuh"
+#include "cuda/attention/sm90_common.cuh"
 #include "cuda_check.h"
 
 namespace {
@@ -101,10 +103,10 @@ __global__ void __launch_bounds__(128 * W, 1)
   if (t == 0) cycles[g] = stop - start;
 }
 
-namespace ds = sparse_swa::detail::ds_mla;
-static_assert(kBlockKeys == ds::kKeys);
-constexpr int kBufBytes = ds::kKBytes;  // [32 keys, 512] bf16, swizzled
-constexpr int kReadBytes = 64 * 1024;   // what the readers stream (a Q-sized region)
+namespace ds = sparse_swa::detail::sm90;
+static_assert(kBlockKeys == ds::pairs_fp8::kBlockKeys);
+constexpr int kBufBytes = kBlockKeys * sparse_swa::kHeadDim * 2;  // [32 keys, 512] bf16, swizzled
+constexpr int kReadBytes = 64 * 1024;  // what the readers stream (a Q-sized region)
 constexpr int kPipelineSmem = 4 * kBufBytes + kReadBytes + 16;
 
 // A share decoded into the swizzled bf16 rows of buffer k, as the kernel's producer stores it.

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // sparse_attention's front end: shape, pointer and memory-space checks, then the backend (the
-// CPU reference in src/cpu/attention_reference.cc, the CUDA kernels in src/cuda/attention.cu).
+// CPU reference in src/cpu/attention_reference.cc, the CUDA dispatcher in
+// src/cuda/attention/dispatch.cc).
 #include "sparse_swa/attention.h"
 
 #include <cmath>
 #include <limits>
 
+#include "attention/overrides.h"
 #include "backend.h"
 
 namespace sparse_swa {
@@ -48,10 +50,11 @@ Status check_attention_shapes(const SparseAttentionParams& p, MemorySpace space,
   if (!std::isfinite(p.softmax_scale)) {
     return invalid_argument("params.softmax_scale: expected a finite value, got ", p.softmax_scale);
   }
-  if (p.kernel != AttentionKernel::kAuto && p.kernel != AttentionKernel::kDecode &&
-      p.kernel != AttentionKernel::kPrefill) {
-    return invalid_argument("params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), got ",
-                            static_cast<int32_t>(p.kernel));
+  if (p.kernel != AttentionKernel::kAuto && p.kernel != AttentionKernel::kSm90Tile32 &&
+      p.kernel != AttentionKernel::kSm90Pairs) {
+    return invalid_argument(
+        "params.kernel: expected kAuto (0), kSm90Tile32 (1) or kSm90Pairs (2), got ",
+        static_cast<int32_t>(p.kernel));
   }
   if (p.query_group_size < 1 || p.query_group_size > kMaxQueryGroup) {
     return invalid_argument("params.query_group_size: expected 1..", kMaxQueryGroup, ", got ",
@@ -92,9 +95,16 @@ Status sparse_attention_reference(const SparseAttentionParams& params, double* o
 }
 
 Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream) {
+  return detail::sparse_attention_with(params, detail::AttentionOverrides{}, cuda_stream);
+}
+
+Status detail::sparse_attention_with(const SparseAttentionParams& params,
+                                     const AttentionOverrides& overrides, void* cuda_stream) {
   const MemorySpace space = params.swa_indices.space;
   SPARSE_SWA_RETURN_IF_ERROR(check_attention_shapes(params, space));
-  if (space == MemorySpace::kDevice) return detail::cuda_sparse_attention(params, cuda_stream);
+  if (space == MemorySpace::kDevice) {
+    return detail::cuda_sparse_attention(params, overrides, cuda_stream);
+  }
   return detail::cpu_sparse_attention(params);
 }
 
@@ -108,10 +118,10 @@ AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params) {
 
 const char* attention_kernel_name(AttentionKernel kernel) {
   switch (kernel) {
-    case AttentionKernel::kDecode:
-      return "decode";
-    case AttentionKernel::kPrefill:
-      return "prefill";
+    case AttentionKernel::kSm90Tile32:
+      return "sm90_tile32";
+    case AttentionKernel::kSm90Pairs:
+      return "sm90_pairs";
     default:
       return "auto";
   }
@@ -119,10 +129,10 @@ const char* attention_kernel_name(AttentionKernel kernel) {
 
 StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name) {
   for (AttentionKernel k :
-       {AttentionKernel::kAuto, AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+       {AttentionKernel::kAuto, AttentionKernel::kSm90Tile32, AttentionKernel::kSm90Pairs}) {
     if (name == attention_kernel_name(k)) return k;
   }
-  return invalid_argument("kernel: expected \"auto\", \"decode\" or \"prefill\", got '",
+  return invalid_argument("kernel: expected \"auto\", \"sm90_tile32\" or \"sm90_pairs\", got '",
                           printable_excerpt(name), "'");
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "attention/overrides.h"
 #include "batch_checks.h"
 #include "sparse_swa/attention.h"
 #include "sparse_swa/consumers.h"
@@ -166,8 +167,9 @@ Status cuda_to_ragged(const ConstIndexView& view, const RaggedView& out, void* s
 Status cpu_sparse_attention(const SparseAttentionParams& p);
 // The reference without output rounding: out [T, H, 512] and lse [T, H] in double.
 Status cpu_sparse_attention_reference(const SparseAttentionParams& p, double* out, double* lse);
-// Launches on `cuda_stream` (a cudaStream_t).
-Status cuda_sparse_attention(const SparseAttentionParams& p, void* cuda_stream);
+// Launches on `cuda_stream` (a cudaStream_t), with what the tests force (the defaults elsewhere).
+Status cuda_sparse_attention(const SparseAttentionParams& p, const AttentionOverrides& overrides,
+                             void* cuda_stream);
 // sparse_attention_workspace_bytes(): 0 without a CUDA build or device.
 int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams& p);
 // sparse_attention_kernel(): kAuto without a CUDA build or device.

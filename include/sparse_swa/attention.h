@@ -37,13 +37,19 @@ inline constexpr int32_t kMaxAttentionHeads = 128;
 inline constexpr int32_t kMaxQueryGroup = 8;  // tokens per query group (query_group_size)
 inline constexpr float kDefaultSoftmaxScale = 0.044194173824159216f;  // 512^-0.5
 
-// Which CUDA kernel runs a call (docs/design.md#attention-kernels): kAuto chooses from the shapes;
-// kDecode (split-KV slices of one 32-key tile, for one or a few tokens) and kPrefill (slices of
-// 64-key pairs, or whole lists) force one, for tests and measurements; both split the keys when
-// the plan does. Forcing a kernel that cannot take the call is an error.
-enum class AttentionKernel : int32_t { kAuto = 0, kDecode = 1, kPrefill = 2 };
+// Which CUDA kernel runs a call (docs/design.md#attention-kernels). kAuto chooses from the
+// shapes; the others force a family of the sm_90a tensor-core kernels, for tests and
+// measurements (forcing one that cannot take the call is an error):
+//   kSm90Tile32: one kernel walks 32-key tiles with separate QK + softmax and P V warpgroups and
+//     keeps P as two bf16 parts (the fp32 tolerance);
+//   kSm90Pairs: two math warpgroups share pairs of key blocks (32 keys for fp8_ds_mla rows, 64
+//     for bf16 rows; at 1..16 heads on bf16 rows, the keys-as-rows few-heads form) and round P
+//     to bf16 once (docs/design.md#attention-precision).
+// Either splits the keys when the plan does.
+enum class AttentionKernel : int32_t { kAuto = 0, kSm90Tile32 = 1, kSm90Pairs = 2 };
 
-// "auto", "decode", "prefill": the spelling the CLI tools and Python use for params.kernel.
+// "auto", "sm90_tile32", "sm90_pairs": the spelling the CLI tools and Python use for
+// params.kernel.
 const char* attention_kernel_name(AttentionKernel kernel);
 StatusOr<AttentionKernel> parse_attention_kernel(std::string_view name);
 
@@ -96,7 +102,7 @@ struct SparseAttentionParams {
   // The CUDA backend may then load and decode each key a group shares once for all its tokens
   // (docs/design.md#query-groups): on fp8_ds_mla caches, when g x H <= 64, the groups fill the
   // SMs and the workspace holds their key lists (sparse_attention_workspace_bytes() counts
-  // them). Results are those of the call without the hint, within the prefill kernel's tolerance
+  // them). Results are those of the call without the hint, within the pair kernels' tolerance
   // (docs/design.md#attention-precision); the CPU reference ignores it.
   int32_t query_group_size = 1;
 };
@@ -114,10 +120,10 @@ Status sparse_attention(const SparseAttentionParams& params, void* cuda_stream =
 // within query groups, nor decode them once; 0 without a CUDA build or without a device.
 int64_t sparse_attention_workspace_bytes(const SparseAttentionParams& params);
 
-// The kernel the CUDA backend runs for these params (shapes, cache dtypes, params.kernel) on the
-// current device: kDecode or kPrefill for the tensor-core kernels, kAuto for the general kernel,
-// for params it would refuse, or without a CUDA build or device. The prefill kernel rounds P to
-// bf16 once before P V (docs/design.md#attention-precision).
+// The kernel family the CUDA backend runs for these params (shapes, cache dtypes, params.kernel)
+// on the current device: kSm90Tile32 or kSm90Pairs for the tensor-core kernels, kAuto for the
+// general kernel, for params it would refuse, or without a CUDA build or device. kSm90Pairs
+// rounds P to bf16 once before P V (docs/design.md#attention-precision).
 AttentionKernel sparse_attention_kernel(const SparseAttentionParams& params);
 
 // The most sparse_attention_workspace_bytes() gives for any shape without query groups or

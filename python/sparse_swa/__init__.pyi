@@ -274,7 +274,8 @@ def sparse_attention(
     q [T, H, 512] bfloat16 (or uint16 bf16 bits), indices [T, W] or [T, 1, W] int32, lens [T]
     int32 -> (out [T, H, 512] of q's dtype, lse [T, H] float32, +inf for a row without keys).
     Host arrays: the CPU reference; CUDA arrays: the CUDA kernels on `stream`. kernel: "auto",
-    or "decode" / "prefill" to force a tensor-core kernel (ignored for host arrays).
+    or "sm90_tile32" / "sm90_pairs" to force a family of the sm_90a tensor-core kernels
+    (ignored for host arrays).
     query_group_size (1..8): a hint that each g consecutive rows are tokens of one request whose
     keys overlap (MTP / DSpark), so that the CUDA kernel may load shared keys once.
     workspace: a writable contiguous uint8 array on q's device (16-byte aligned) used as the

@@ -417,8 +417,9 @@ void bind_attention(nb::module_& m) {
       "module's own split-KV workspace, allocated once per (device, stream) and cached, too\n"
       "small for query groups or decoded keys on large shapes. kernel: \"auto\" (the choice from "
       "the shapes), or\n"
-      "\"decode\" / \"prefill\" to force a tensor-core kernel (tests, measurements; an error\n"
-      "where it cannot run); host arrays have one path and ignore it. query_group_size (1..8):\n"
+      "\"sm90_tile32\" / \"sm90_pairs\" to force a family of the sm_90a tensor-core kernels\n"
+      "(tests, measurements; an error where it cannot run); host arrays have one path and\n"
+      "ignore it. query_group_size (1..8):\n"
       "a hint that rows g k .. g k + g - 1 are tokens of one request (MTP / DSpark steps) whose\n"
       "keys overlap, so the CUDA kernel may load each shared key once for the group; the\n"
       "results do not depend on it beyond rounding.");

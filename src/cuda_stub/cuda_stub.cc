@@ -77,7 +77,9 @@ Status cuda_to_ragged(const ConstIndexView&, const RaggedView&, void*) {
   return no_device_views("to_ragged");
 }
 
-Status cuda_sparse_attention(const SparseAttentionParams&, void*) { return no_cuda_backend(); }
+Status cuda_sparse_attention(const SparseAttentionParams&, const AttentionOverrides&, void*) {
+  return no_cuda_backend();
+}
 int64_t cuda_sparse_attention_workspace_bytes(const SparseAttentionParams&) { return 0; }
 int64_t cuda_sparse_attention_max_workspace_bytes() { return 0; }
 AttentionKernel cuda_sparse_attention_kernel(const SparseAttentionParams&) {

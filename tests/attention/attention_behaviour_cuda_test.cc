@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "attention/overrides.h"
+#include "attention/sm90_plan.h"
 #include "common/fp8_e4m3.h"
-#include "cuda/attention_ds_mla.cuh"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
 #include "support/attention_cuda_problem.h"
@@ -39,7 +40,7 @@ using testing::rounds_p;
 using testing::sm_count;
 using testing::SmallProblem;
 
-constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
+constexpr AttentionKernel kPre = AttentionKernel::kSm90Pairs;
 
 // sparse_attention_max_workspace_bytes() bounds the workspace of every shape, so one allocation
 // of it (AttentionWorkspace, the Python binding's per-stream cache) serves every call.
@@ -101,11 +102,11 @@ template <class Plant>
 void expect_planted_entries_masked_and_counted(const std::vector<std::string>& cpu_error,
                                                Plant plant) {
   for (const CacheDtype dtype : {kDs, CacheDtype::kBf16}) {
-    for (const AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+    for (const AttentionKernel kernel :
+         {AttentionKernel::kSm90Tile32, AttentionKernel::kSm90Pairs}) {
       for (const int32_t heads : {40, 100}) {
-        SCOPED_TRACE(std::string(dtype == kDs ? "fp8_ds_mla" : "bf16") +
-                     (kernel == AttentionKernel::kDecode ? " decode " : " prefill ") +
-                     std::to_string(heads) + " heads");
+        SCOPED_TRACE(std::string(dtype == kDs ? "fp8_ds_mla" : "bf16") + " " +
+                     attention_kernel_name(kernel) + " " + std::to_string(heads) + " heads");
         SmallProblem p(heads, 8, 64, dtype);
         p.hp.kernel = kernel;
         int32_t planted = 0;
@@ -163,7 +164,7 @@ TEST(AttentionCuda, QueryGroupsMaskAndCountOutOfRangeEntriesOncePerToken) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(8, 9, 64);  // groups of 2 tokens x 8 heads; the last group has one token
   p.hp.query_group_size = 2;
-  p.hp.kernel = AttentionKernel::kPrefill;  // 5 groups: only forced
+  p.hp.kernel = AttentionKernel::kSm90Pairs;  // 5 groups: only forced
   int32_t planted = 0;
   IndexRows masked = p.rows;
   for (int64_t t = 0; t < 9; ++t) {
@@ -177,7 +178,8 @@ TEST(AttentionCuda, QueryGroupsMaskAndCountOutOfRangeEntriesOncePerToken) {
   }
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {}, /*with_workspace=*/true);
   if (sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
-    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), dev.params().workspace_bytes)
+    EXPECT_EQ(detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sm_count()),
+                                          dev.params().workspace_bytes)
                   .query_group,
               2);
   }
@@ -188,10 +190,12 @@ TEST(AttentionCuda, QueryGroupsNeedTheirWorkspaceAndRunWithoutIt) {
   SKIP_WITHOUT_GPU();
   SmallProblem p(16, 8, 64);
   p.hp.query_group_size = 4;
-  p.hp.kernel = AttentionKernel::kPrefill;
+  p.hp.kernel = AttentionKernel::kSm90Pairs;
   DeviceProblem dev(p.hp, p.cache, p.rows, nullptr, nullptr, p.q, {});  // no workspace
   if (sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
-    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), 0).query_group, 1);
+    EXPECT_EQ(detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sm_count()), 0)
+                  .query_group,
+              1);
     EXPECT_GT(sparse_attention_workspace_bytes(dev.params()), 0);
   }
   SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
@@ -485,22 +489,33 @@ void check_decoded_keys(int32_t H) {
   SparseAttentionParams ref = hp;
   ref.swa_indices = swa_masked.view();
   ref.extra_indices = extra_masked.view();
-  for (const bool room : {true, false}) {
-    SCOPED_TRACE(room ? "decoded keys" : "no room: the caches read directly");
-    DeviceProblem dev(hp, swa, swa_rows, &extra, &extra_rows, q, sinks, room);
+  // With room: decoded keys; without: the caches read directly; with room but the decoded keys
+  // turned off (detail::AttentionOverrides): read directly, the workspace holding only slices.
+  struct Case {
+    bool room, decoded;
+    const char* what;
+  };
+  for (const Case c :
+       {Case{true, true, "decoded keys"}, Case{false, false, "no room: the caches read directly"},
+        Case{true, false, "decoded keys turned off: the caches read directly"}}) {
+    SCOPED_TRACE(c.what);
+    detail::AttentionOverrides overrides;
+    overrides.decoded_keys = c.decoded || !c.room;
+    DeviceProblem dev(hp, swa, swa_rows, &extra, &extra_rows, q, sinks, c.room);
     if (sparse_attention_kernel(dev.params()) == AttentionKernel::kAuto) {
       GTEST_SKIP() << "no sm_90a code for this device";
     }
     const int64_t bytes = dev.params().workspace == nullptr ? 0 : dev.params().workspace_bytes;
-    const detail::DsMlaPlan plan = detail::plan_ds_mla_attention(dev.params(), sms, bytes);
-    EXPECT_EQ(plan.decoded_keys, room);
-    if (room && H == 64) {
+    const detail::Sm90Plan plan =
+        detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sms), bytes, overrides);
+    EXPECT_EQ(plan.decoded_keys, c.decoded);
+    if (c.decoded && H == 64) {
       // Two waves and 7 tokens: the last 7 in slices of one pair of 64-key blocks (328 keys: 3),
       // their partials after the decoded rows.
       EXPECT_EQ(plan.splits, 3);
       EXPECT_EQ(plan.whole_tokens, 2 * sms);
     }
-    SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+    SPARSE_SWA_ASSERT_OK(detail::sparse_attention_with(dev.params(), overrides));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dev.bad_count(), planted);
     const AttentionComparison e =
@@ -516,8 +531,9 @@ void check_decoded_keys(int32_t H) {
   DeviceProblem dev(pooled, swa, swa_rows, &swa, &pool_rows, q, sinks, true);
   SparseAttentionParams one_cache = dev.params();
   one_cache.extra_cache = one_cache.swa_cache;  // the device copy of the SWA cache
-  EXPECT_TRUE(
-      detail::plan_ds_mla_attention(one_cache, sms, one_cache.workspace_bytes).decoded_keys);
+  EXPECT_TRUE(detail::plan_sm90_attention(one_cache, detail::SmCapacity::ideal(sms),
+                                          one_cache.workspace_bytes)
+                  .decoded_keys);
   SPARSE_SWA_ASSERT_OK(sparse_attention(one_cache));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(dev.bad_count(), planted_swa);
@@ -533,7 +549,7 @@ TEST(AttentionCuda, ZeroAndNegativeScalesMatchTheReference) {
   // one the lowest scores weigh most (a kernel that took the raw scores' maximum before scaling
   // would get both wrong).
   for (const CacheDtype dtype : {kBf, kDs}) {
-    for (const AttentionKernel kernel : {AttentionKernel::kDecode, kPre}) {
+    for (const AttentionKernel kernel : {AttentionKernel::kSm90Tile32, kPre}) {
       for (const float scale : {-0.06f, 0.0f, 0.06f}) {
         SmallProblem p(64, 6, 150, dtype);
         p.hp.softmax_scale = scale;
@@ -580,15 +596,15 @@ TEST(AttentionCuda, KernelChoiceFollowsTheShapesAndCanBeForced) {
     p.workspace_bytes = workspace ? sparse_attention_max_workspace_bytes() : 0;
     return sparse_attention_kernel(p);
   };
-  const AttentionKernel kAuto = AttentionKernel::kAuto, kDec = AttentionKernel::kDecode;
+  const AttentionKernel kAuto = AttentionKernel::kAuto, kDec = AttentionKernel::kSm90Tile32;
   if (kernel_for(many, kBf, kAuto, true) == kAuto) GTEST_SKIP() << "no sm_90a code here";
   for (const CacheDtype dtype : {kBf, kDs}) {
-    // Tokens x head groups that fill the SMs: never split, the prefill kernel.
+    // Tokens x head groups that fill the SMs: never split, the pair kernel.
     EXPECT_EQ(kernel_for(many, dtype, kAuto, true), kPre);
-    // Small batches of long rows split with a workspace, not without one: over the prefill
+    // Small batches of long rows split with a workspace, not without one: over the pair
     // kernel where its slices get two pairs of blocks or more; where they would get one, bf16
-    // rows of fewer than 5 items over the decode kernel's single tiles, fp8_ds_mla rows and
-    // larger bf16 batches still over the prefill kernel (docs/design.md#splits).
+    // rows of fewer than 5 items over the tile32 kernel's single tiles, fp8_ds_mla rows and
+    // larger bf16 batches still over the pair kernel (docs/design.md#splits).
     EXPECT_EQ(kernel_for(half, dtype, kAuto, true), kPre);
     EXPECT_EQ(kernel_for(few, dtype, kAuto, true), dtype == kBf ? kDec : kPre);
     EXPECT_EQ(kernel_for(eight, dtype, kAuto, true), kPre);
@@ -610,16 +626,17 @@ TEST(AttentionCuda, ForcedKernelsThatCannotTakeTheCallAreRefused) {
   SmallProblem e4(16, 4, 64, kE4);
   DeviceProblem e4_dev(e4.hp, e4.cache, e4.rows, nullptr, nullptr, e4.q, {});
   SparseAttentionParams bad = e4_dev.params();
-  bad.kernel = AttentionKernel::kPrefill;
+  bad.kernel = AttentionKernel::kSm90Pairs;
   EXPECT_TRUE(testing::IsInvalidArgument(
       sparse_attention(bad),
       {"params.kernel", "read fp8_ds_mla or bf16 caches, both segments alike, got fp8_e4m3"}));
   bad = dev.params();
   bad.kernel = static_cast<AttentionKernel>(7);
   EXPECT_TRUE(testing::IsInvalidArgument(
-      sparse_attention(bad), {"params.kernel: expected kAuto (0), kDecode (1) or kPrefill (2), "
-                              "got 7"}));
-  bad.kernel = AttentionKernel::kDecode;
+      sparse_attention(bad),
+      {"params.kernel: expected kAuto (0), kSm90Tile32 (1) or kSm90Pairs (2), "
+       "got 7"}));
+  bad.kernel = AttentionKernel::kSm90Tile32;
   SPARSE_SWA_EXPECT_OK(sparse_attention(bad));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const AttentionComparison e =

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA sparse attention vs the CPU reference on random data (never zeros) over a sample of
 // heads x widths x extra widths x page sizes x batches x cache dtypes x kernels, outputs poisoned
-// first. Tolerance: tests/support/attention_compare.h (elementwise against the double and fp32
+// first; the paths the plan leaves to few shapes also with what detail::AttentionOverrides forces
+// (CTAs that walk many items, 1-16 heads on the 64-row kernel, every split through the merge
+// kernel). Tolerance: tests/support/attention_compare.h (elementwise against the double and fp32
 // references; NaN never passes). The problems: tests/support/attention_cuda_problem.h.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -13,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention_ds_mla.cuh"
+#include "attention/overrides.h"
+#include "attention/sm90_plan.h"
 #include "sparse_swa/attention.h"
 #include "support/attention_compare.h"
 #include "support/attention_cuda_problem.h"
@@ -45,17 +48,26 @@ struct Shape {
   bool split = false;  // give the call a workspace, so small batches split their keys
   AttentionKernel kernel = AttentionKernel::kAuto;
   int32_t group = 1;  // query_group_size; > 1: rows of a group share keys (share_within_groups)
+  detail::AttentionOverrides overrides = {};
 };
+
+// The forced paths of a shape (AttentionOverrides beside the defaults), for names.
+std::string overrides_name(const detail::AttentionOverrides& o) {
+  std::string name;
+  if (!o.few_heads) name += "_no_few_heads";
+  if (!o.decoded_keys) name += "_direct";
+  if (!o.cluster_merge) name += "_merge_kernel";
+  if (o.max_walking_ctas > 0) name += "_walk" + std::to_string(o.max_walking_ctas);
+  return name;
+}
 
 std::string describe(const Shape& s) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s%s G=%d", s.heads, s.width,
-                s.extra_width, s.swa_block, s.extra_block, s.tokens, cache_dtype_name(s.swa_dtype),
-                cache_dtype_name(s.extra_dtype), s.sinks ? " sinks" : "", s.split ? " split" : "",
-                s.kernel == AttentionKernel::kPrefill
-                    ? " prefill"
-                    : (s.kernel == AttentionKernel::kDecode ? " decode" : ""),
-                s.group);
+  std::snprintf(buf, sizeof(buf), "H=%d W=%d E=%d B=%d/%d T=%d %s/%s%s%s %s G=%d%s", s.heads,
+                s.width, s.extra_width, s.swa_block, s.extra_block, s.tokens,
+                cache_dtype_name(s.swa_dtype), cache_dtype_name(s.extra_dtype),
+                s.sinks ? " sinks" : "", s.split ? " split" : "", attention_kernel_name(s.kernel),
+                s.group, overrides_name(s.overrides).c_str());
   return buf;
 }
 
@@ -116,18 +128,19 @@ TEST_P(AttentionCudaVsCpu, MatchesTheReference) {
     EXPECT_GT(dev.params().workspace_bytes, 0) << describe(s) << ": expected a split plan";
   }
   if (s.group > 1 && sparse_attention_kernel(dev.params()) != AttentionKernel::kAuto) {
-    // Every grouped shape below is one the prefill kernel takes as query groups.
-    EXPECT_EQ(detail::plan_ds_mla_attention(dev.params(), sm_count(), dev.params().workspace_bytes)
+    // Every grouped shape below is one the pair kernel takes as query groups.
+    EXPECT_EQ(detail::plan_sm90_attention(dev.params(), detail::SmCapacity::ideal(sm_count()),
+                                          dev.params().workspace_bytes)
                   .query_group,
               s.group)
         << describe(s);
   }
   const AttentionKernel kernel = sparse_attention_kernel(dev.params());
   if (s.kernel != AttentionKernel::kAuto) EXPECT_EQ(kernel, s.kernel) << describe(s);
-  SPARSE_SWA_ASSERT_OK(sparse_attention(dev.params()));
+  SPARSE_SWA_ASSERT_OK(detail::sparse_attention_with(dev.params(), s.overrides));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const AttentionComparison e =
-      compare_attention(hp, dev.out(), dev.lse(), kernel == AttentionKernel::kPrefill);
+      compare_attention(hp, dev.out(), dev.lse(), kernel == AttentionKernel::kSm90Pairs);
   EXPECT_EQ(e.failures, 0) << describe(s) << ": " << e.failures
                            << " elements out of tolerance; first: " << e.first_failure;
   EXPECT_EQ(dev.bad_count(), 0);
@@ -144,10 +157,9 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
          std::to_string(s.extra_width) + "_B" + std::to_string(s.swa_block) + "x" +
          std::to_string(s.extra_block) + "_T" + std::to_string(s.tokens) + "_" +
          cache_dtype_name(s.swa_dtype) + (s.sinks ? "_sinks" : "") + (s.split ? "_split" : "") +
-         (s.kernel == AttentionKernel::kPrefill
-              ? "_prefill"
-              : (s.kernel == AttentionKernel::kDecode ? "_decode" : "")) +
-         (s.group > 1 ? "_G" + std::to_string(s.group) : "");
+         (s.kernel != AttentionKernel::kAuto ? std::string("_") + attention_kernel_name(s.kernel)
+                                             : std::string()) +
+         (s.group > 1 ? "_G" + std::to_string(s.group) : "") + overrides_name(s.overrides);
 }
 
 // Every listed value of every axis appears; heads 3, 20 and 100 check head counts that are not
@@ -179,12 +191,24 @@ std::vector<Shape> with_kernel(std::vector<Shape> shapes, AttentionKernel kernel
   return shapes;
 }
 
+// `shapes`, each run with `overrides`.
+std::vector<Shape> with_overrides(std::vector<Shape> shapes, detail::AttentionOverrides overrides) {
+  for (Shape& s : shapes) s.overrides = overrides;
+  return shapes;
+}
+// The bf16 pair and few-heads kernels' CTAs capped at 2, so that each walks many items.
+detail::AttentionOverrides walk2() {
+  detail::AttentionOverrides o;
+  o.max_walking_ctas = 2;
+  return o;
+}
+
 // Small batches with a workspace: the keys of each token are split over several CTAs and merged
 // (fp8_ds_mla caches; heads not a multiple of 16, widths not a multiple of 32, page size 2). The
 // merge kernel reads the splits in batches, 128 threads a row up to ~1056 rows on 132 SMs and a
-// warp a row past that: 1 token x 64 heads (10 slices; 20 with the decode kernel forced) and
-// 20 x 64 with the decode kernel forced (1280 rows, 6 splits) take each. Unforced, every shape
-// takes the prefill kernel's slices of pairs; each kernel forced takes them all. The prefill
+// warp a row past that: 1 token x 64 heads (10 slices; 20 with the tile32 kernel forced) and
+// 20 x 64 with the tile32 kernel forced (1280 rows, 6 splits) take each. Unforced, every shape
+// takes the pair kernel's slices of pairs; each kernel forced takes them all. The pair
 // kernel's 2-8 slices merge inside a cluster from 16 (token, head group) items on (64 tokens x 32
 // heads: 2 slices; 40 x 64: 3, or 2 where 40 clusters of 3 do not run at once, as on an H100;
 // 16 and 20 x 64: 5) and, forced, at any count (8 x 8: 6, 1 x 16: 7, 1 x 100: 8); fewer items
@@ -205,7 +229,7 @@ std::vector<Shape> split_shapes(AttentionKernel kernel) {
                      kernel);
 }
 
-// Past one wave of CTAs on 132 SMs (the decode kernel never splits these;
+// Past one wave of CTAs on 132 SMs (the tile32 kernel never splits these;
 // docs/design.md#splits): 134 tokens x 3 heads over 896 keys run 132 tokens whole and the last 2
 // in 14 slices; 67 x 65 heads (two head groups, the second of one head) over 512 keys run 66
 // whole and the last token's two items in 8 slices. On bf16 rows (the bf16 kernel's CTAs walk
@@ -222,14 +246,29 @@ std::vector<Shape> last_wave_shapes(AttentionKernel kernel) {
 }
 INSTANTIATE_TEST_SUITE_P(SplitShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_shapes(AttentionKernel::kAuto)), shape_name);
-INSTANTIATE_TEST_SUITE_P(SplitPrefillKernelShapes, AttentionCudaVsCpu,
-                         ::testing::ValuesIn(split_shapes(AttentionKernel::kPrefill)), shape_name);
-INSTANTIATE_TEST_SUITE_P(SplitDecodeKernelShapes, AttentionCudaVsCpu,
-                         ::testing::ValuesIn(split_shapes(AttentionKernel::kDecode)), shape_name);
+// The same with the pair kernels' 2-8 slices merged by the merge kernel instead of in clusters.
+INSTANTIATE_TEST_SUITE_P(SplitShapesMergeKernel, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(with_overrides(split_shapes(AttentionKernel::kAuto),
+                                                            [] {
+                                                              detail::AttentionOverrides o;
+                                                              o.cluster_merge = false;
+                                                              return o;
+                                                            }())),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(SplitPairsKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_shapes(AttentionKernel::kSm90Pairs)),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(SplitTile32KernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_shapes(AttentionKernel::kSm90Tile32)),
+                         shape_name);
 INSTANTIATE_TEST_SUITE_P(LastWaveShapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(last_wave_shapes(AttentionKernel::kAuto)), shape_name);
-INSTANTIATE_TEST_SUITE_P(LastWavePrefillKernelShapes, AttentionCudaVsCpu,
-                         ::testing::ValuesIn(last_wave_shapes(AttentionKernel::kPrefill)),
+INSTANTIATE_TEST_SUITE_P(
+    LastWaveShapesWalk2, AttentionCudaVsCpu,
+    ::testing::ValuesIn(with_overrides(last_wave_shapes(AttentionKernel::kAuto), walk2())),
+    shape_name);
+INSTANTIATE_TEST_SUITE_P(LastWavePairsKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(last_wave_shapes(AttentionKernel::kSm90Pairs)),
                          shape_name);
 
 // Prefill-like batches (many query tokens, each with its own keys) on both cache dtypes the
@@ -249,13 +288,18 @@ INSTANTIATE_TEST_SUITE_P(PrefillShapes, AttentionCudaVsCpu,
                          shape_name);
 
 // More (token, head group) items than an H200 has SMs on bf16 caches, so that each CTA of the
-// bf16 prefill kernel walks several items (docs/design.md#attention-kernels): rows staged and
+// bf16 pair kernel walks several items (docs/design.md#attention-kernels): rows staged and
 // stored by the tensor map (40 and 64 heads) or straight from registers (8), odd block counts,
-// lens 0 and full, -1 holes. SPARSE_SWA_ATTENTION_WALK_CTAS=2 makes every shape here walk.
-INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu,
-                         ::testing::Values(Shape{64, 128, 64, 64, 2, 300, kBf, kBf, true},
-                                           Shape{40, 63, 100, 2, 64, 200, kBf, kBf, false},
-                                           Shape{8, 100, 0, 64, 0, 400, kBf, kBf, true}),
+// lens 0 and full, -1 holes; and with every CTA walking many items (walk2).
+std::vector<Shape> walking_shapes() {
+  return {Shape{64, 128, 64, 64, 2, 300, kBf, kBf, true},
+          Shape{40, 63, 100, 2, 64, 200, kBf, kBf, false},
+          Shape{8, 100, 0, 64, 0, 400, kBf, kBf, true}};
+}
+INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu, ::testing::ValuesIn(walking_shapes()),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(WalkingShapesWalk2, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(with_overrides(walking_shapes(), walk2())),
                          shape_name);
 
 // The few-heads kernel (docs/design.md#few-heads): 1..16 heads on bf16 rows, the keys in the
@@ -264,20 +308,32 @@ INSTANTIATE_TEST_SUITE_P(WalkingShapes, AttentionCudaVsCpu,
 // workspace past one wave on 132 SMs, the last wave's tokens take slices merged by the merge
 // kernel (docs/design.md#splits): 133 x 8 heads over 640 keys, the last token in 5 slices; 265 x
 // 13 over 700 (two waves + 1: 6 slices, the last of 60 keys); 140 x 3 over 300, the last 8 tokens
-// in 3 slices (128, 128 and 44 keys). SPARSE_SWA_ATTENTION_FEW_HEADS=0 sends the same shapes to
-// the 64-row bf16 kernel.
+// in 3 slices (128, 128 and 44 keys). The same shapes also with every CTA walking many items, and
+// on the 64-row bf16 kernel.
+std::vector<Shape> few_heads_shapes() {
+  return {Shape{1, 1, 0, 2, 0, 300, kBf, kBf, false},
+          Shape{5, 63, 100, 64, 2, 200, kBf, kBf, true},
+          Shape{8, 640, 0, 256, 0, 150, kBf, kBf, false},
+          Shape{9, 128, 512, 64, 64, 140, kBf, kBf, true},
+          Shape{16, 128, 1024, 64, 256, 300, kBf, kBf, false},
+          Shape{16, 2048, 0, 64, 0, 20, kBf, kBf, true},
+          Shape{12, 200, 300, 2, 64, 33, kBf, kBf, true, false, AttentionKernel::kSm90Pairs},
+          Shape{8, 128, 512, 64, 64, 133, kBf, kBf, true, true},
+          Shape{13, 128, 572, 2, 64, 265, kBf, kBf, false, true},
+          Shape{3, 100, 200, 64, 2, 140, kBf, kBf, true, true}};
+}
 INSTANTIATE_TEST_SUITE_P(FewHeadsShapes, AttentionCudaVsCpu,
-                         ::testing::Values(Shape{1, 1, 0, 2, 0, 300, kBf, kBf, false},
-                                           Shape{5, 63, 100, 64, 2, 200, kBf, kBf, true},
-                                           Shape{8, 640, 0, 256, 0, 150, kBf, kBf, false},
-                                           Shape{9, 128, 512, 64, 64, 140, kBf, kBf, true},
-                                           Shape{16, 128, 1024, 64, 256, 300, kBf, kBf, false},
-                                           Shape{16, 2048, 0, 64, 0, 20, kBf, kBf, true},
-                                           Shape{12, 200, 300, 2, 64, 33, kBf, kBf, true, false,
-                                                 AttentionKernel::kPrefill},
-                                           Shape{8, 128, 512, 64, 64, 133, kBf, kBf, true, true},
-                                           Shape{13, 128, 572, 2, 64, 265, kBf, kBf, false, true},
-                                           Shape{3, 100, 200, 64, 2, 140, kBf, kBf, true, true}),
+                         ::testing::ValuesIn(few_heads_shapes()), shape_name);
+INSTANTIATE_TEST_SUITE_P(FewHeadsShapesWalk2, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(with_overrides(few_heads_shapes(), walk2())),
+                         shape_name);
+INSTANTIATE_TEST_SUITE_P(FewHeadsShapesOn64Rows, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(with_overrides(few_heads_shapes(),
+                                                            [] {
+                                                              detail::AttentionOverrides o;
+                                                              o.few_heads = false;
+                                                              return o;
+                                                            }())),
                          shape_name);
 
 // bf16 caches with a workspace: split and merged like fp8_ds_mla, by either kernel.
@@ -293,38 +349,49 @@ std::vector<Shape> split_bf16_shapes(AttentionKernel kernel) {
 INSTANTIATE_TEST_SUITE_P(SplitBf16Shapes, AttentionCudaVsCpu,
                          ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kAuto)),
                          shape_name);
-INSTANTIATE_TEST_SUITE_P(SplitBf16PrefillKernelShapes, AttentionCudaVsCpu,
-                         ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kPrefill)),
+INSTANTIATE_TEST_SUITE_P(SplitBf16PairsKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(split_bf16_shapes(AttentionKernel::kSm90Pairs)),
                          shape_name);
 
-// The prefill kernels, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too),
+// The pair kernels, forced, on both cache dtypes: heads 1..128 (not multiples of 16 too),
 // widths 1 to 2048 (odd block counts: of 32 keys for fp8_ds_mla, of 64 for bf16; tails), both
 // segments or one, page sizes 2, 64 and 256; lens 0, full and between, -1 holes (fill_rows).
-constexpr AttentionKernel kPre = AttentionKernel::kPrefill;
-INSTANTIATE_TEST_SUITE_P(
-    PrefillKernelShapes, AttentionCudaVsCpu,
-    ::testing::Values(Shape{1, 1, 0, 2, 0, 40, kBf, kBf, false, false, kPre},
-                      Shape{8, 63, 640, 64, 2, 64, kBf, kBf, true, false, kPre},
-                      Shape{16, 640, 0, 256, 0, 48, kBf, kBf, false, false, kPre},
-                      Shape{64, 128, 512, 64, 64, 96, kBf, kBf, true, false, kPre},
-                      Shape{100, 1152, 0, 2, 0, 20, kBf, kBf, false, false, kPre},
-                      Shape{128, 128, 1024, 64, 256, 24, kBf, kBf, true, false, kPre},
-                      Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kPre},
-                      Shape{3, 200, 100, 64, 2, 33, kBf, kBf, true, false, kPre},
-                      Shape{128, 1, 63, 2, 256, 30, kBf, kBf, false, false, kPre},
-                      Shape{8, 63, 640, 64, 2, 64, kDs, kDs, true, false, kPre},
-                      Shape{64, 128, 512, 64, 64, 96, kDs, kDs, false, false, kPre},
-                      Shape{100, 1152, 0, 2, 0, 20, kDs, kDs, true, false, kPre},
-                      Shape{128, 1, 63, 256, 2, 30, kDs, kDs, false, false, kPre},
-                      Shape{3, 200, 100, 64, 2, 33, kDs, kDs, true, false, kPre},
-                      Shape{16, 2048, 0, 256, 0, 12, kDs, kDs, false, false, kPre}),
-    shape_name);
+constexpr AttentionKernel kPre = AttentionKernel::kSm90Pairs;
+std::vector<Shape> pairs_kernel_shapes() {
+  return {Shape{1, 1, 0, 2, 0, 40, kBf, kBf, false, false, kPre},
+          Shape{8, 63, 640, 64, 2, 64, kBf, kBf, true, false, kPre},
+          Shape{16, 640, 0, 256, 0, 48, kBf, kBf, false, false, kPre},
+          Shape{64, 128, 512, 64, 64, 96, kBf, kBf, true, false, kPre},
+          Shape{100, 1152, 0, 2, 0, 20, kBf, kBf, false, false, kPre},
+          Shape{128, 128, 1024, 64, 256, 24, kBf, kBf, true, false, kPre},
+          Shape{64, 2048, 0, 256, 0, 12, kBf, kBf, false, false, kPre},
+          Shape{3, 200, 100, 64, 2, 33, kBf, kBf, true, false, kPre},
+          Shape{128, 1, 63, 2, 256, 30, kBf, kBf, false, false, kPre},
+          Shape{8, 63, 640, 64, 2, 64, kDs, kDs, true, false, kPre},
+          Shape{64, 128, 512, 64, 64, 96, kDs, kDs, false, false, kPre},
+          Shape{100, 1152, 0, 2, 0, 20, kDs, kDs, true, false, kPre},
+          Shape{128, 1, 63, 256, 2, 30, kDs, kDs, false, false, kPre},
+          Shape{3, 200, 100, 64, 2, 33, kDs, kDs, true, false, kPre},
+          Shape{16, 2048, 0, 256, 0, 12, kDs, kDs, false, false, kPre}};
+}
+INSTANTIATE_TEST_SUITE_P(PairsKernelShapes, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(pairs_kernel_shapes()), shape_name);
+// The bf16 ones with every CTA of the bf16 kernels walking many items.
+std::vector<Shape> bf16_pairs_kernel_shapes_walk2() {
+  std::vector<Shape> bf16;
+  for (const Shape& s : pairs_kernel_shapes()) {
+    if (s.swa_dtype == kBf) bf16.push_back(s);
+  }
+  return with_overrides(bf16, walk2());
+}
+INSTANTIATE_TEST_SUITE_P(PairsKernelShapesWalk2, AttentionCudaVsCpu,
+                         ::testing::ValuesIn(bf16_pairs_kernel_shapes_walk2()), shape_name);
 
-// The decode kernel unsplit (the prefill kernel takes these shapes by default): every cache
-// dtype it reads, heads and widths as above.
-constexpr AttentionKernel kDec = AttentionKernel::kDecode;
+// The tile32 kernel unsplit (the pair kernels take these shapes by default): every cache dtype
+// it reads, heads and widths as above.
+constexpr AttentionKernel kDec = AttentionKernel::kSm90Tile32;
 INSTANTIATE_TEST_SUITE_P(
-    DecodeKernelShapes, AttentionCudaVsCpu,
+    Tile32KernelShapes, AttentionCudaVsCpu,
     ::testing::Values(Shape{1, 1, 0, 64, 0, 256, kDs, kDs, false, false, kDec},
                       Shape{8, 63, 100, 64, 2, 64, kDs, kDs, true, false, kDec},
                       Shape{32, 133, 0, 64, 0, 64, kBf, kBf, true, false, kDec},
@@ -337,7 +404,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 constexpr AttentionKernel kAny = AttentionKernel::kAuto;
 // Query groups (docs/design.md#query-groups): g consecutive rows share most keys, some keys
-// repeat inside a row; the fp8_ds_mla prefill kernel walks each group's union once. Unforced
+// repeat inside a row; the fp8_ds_mla pair kernel walks each group's union once. Unforced
 // when the groups fill the SMs (T / g >= 132 on an H200), forced below that; g x H from 3 to 64
 // rows, widths not multiples of 32, page size 2, lens 0 and full, -1 holes, a shorter last
 // group, one segment or two.

@@ -159,13 +159,15 @@ void dense(const uint16_t* q, const std::vector<std::vector<float>>& keys, doubl
 
 TEST(AttentionKernelNames, EachNameParsesBackToItsKernel) {
   for (AttentionKernel k :
-       {AttentionKernel::kAuto, AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+       {AttentionKernel::kAuto, AttentionKernel::kSm90Tile32, AttentionKernel::kSm90Pairs}) {
     const auto parsed = parse_attention_kernel(attention_kernel_name(k));
     ASSERT_TRUE(parsed.ok()) << attention_kernel_name(k);
     EXPECT_EQ(parsed.value(), k);
   }
-  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kPrefill), "prefill");
-  EXPECT_FALSE(parse_attention_kernel("Decode").ok());  // names are exact
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kSm90Pairs), "sm90_pairs");
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kSm90Tile32), "sm90_tile32");
+  EXPECT_FALSE(parse_attention_kernel("SM90_pairs").ok());  // names are exact
+  EXPECT_FALSE(parse_attention_kernel("prefill").ok());     // the old spellings are gone
 }
 
 TEST(AttentionCpu, OneKeyGivesThatKey) {

@@ -139,10 +139,11 @@ def test_attention_kernel_choice_is_checked_and_host_arrays_have_one_path():
     q = to_bf16_bits(rng.standard_normal((1, 2, 512)).astype(np.float32))
     idx, lens = np.array([[1, 5, 70]], dtype=np.int32), np.array([3], dtype=np.int32)
     out, lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens)
-    for kernel in ("decode", "prefill"):  # CUDA only: the CPU reference ignores the choice
+    for kernel in ("sm90_tile32", "sm90_pairs"):  # CUDA only: the CPU reference ignores it
         got_out, got_lse = sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, kernel=kernel)
         assert np.array_equal(got_out, out) and np.array_equal(got_lse, lse)
-    with pytest.raises(ValueError, match='^kernel: expected "auto", "decode" or "prefill", got'):
+    expected = '^kernel: expected "auto", "sm90_tile32" or "sm90_pairs", got'
+    with pytest.raises(ValueError, match=expected):
         sparse_swa.sparse_attention(q, cache, BLOCK, idx, lens, kernel="fast")
 
 

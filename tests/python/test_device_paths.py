@@ -121,7 +121,7 @@ def random_indices(rng, tokens, width, num_slots):
 
 def weighted_abs_v(q_bits, segments, scale, sinks):
     """Per output element [T, H, 512]: the softmax-weighted mean of |V| over the token's keys (sink
-    included), the scale of the error the prefill kernel's bf16 P adds (docs/design.md#attention-
+    included), the scale of the error the pair kernels' bf16 P adds (docs/design.md#attention-
     precision). segments: (cache, block, indices [T, W], lens [T]) each."""
     q = sparse_swa.from_bf16_bits(q_bits).astype(np.float64)
     tokens, heads, _ = q.shape
@@ -147,7 +147,7 @@ def assert_attention_close(out_bits, lse, ref_bits, ref_lse, abs_v):
     got = sparse_swa.from_bf16_bits(out_bits).astype(np.float64)
     ref = sparse_swa.from_bf16_bits(ref_bits).astype(np.float64)
     # bf16 output: the fp32 and the double accumulation may round to neighbouring values; the
-    # prefill kernel's bf16 P adds up to 2^-9 x the weighted mean of |V| (allowed twice over).
+    # pair kernels' bf16 P adds up to 2^-9 x the weighted mean of |V| (allowed twice over).
     assert np.all(np.abs(got - ref) <= 2**-7 * np.abs(ref) + 2**-8 * abs_v + 1e-3), (
         np.abs(got - ref) - 2**-7 * np.abs(ref) - 2**-8 * abs_v).max()
     assert np.array_equal(np.isinf(lse), np.isinf(ref_lse))
@@ -188,7 +188,8 @@ def test_attention_on_device_matches_the_cpu_path(heads, tokens, extra):
     abs_v = weighted_abs_v(q_bits, segments, 0.05, sinks)
     assert_attention_close(bits_of(out), lse.cpu().numpy(), ref_out, ref_lse, abs_v)
     # Each tensor-core kernel forced (sm_90 devices run both; the bound covers either).
-    for kernel in ("decode", "prefill") if torch.cuda.get_device_capability() == (9, 0) else ():
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    for kernel in ("sm90_tile32", "sm90_pairs") if sm90 else ():
         k_out, k_lse = sparse_swa.sparse_attention(
             dq, torch.from_numpy(swa).cuda(), BLOCK, torch.from_numpy(idx).cuda(),
             torch.from_numpy(lens).cuda(), 0.05, torch.from_numpy(sinks).cuda(), kernel=kernel,

@@ -30,7 +30,7 @@ constexpr CacheDtype kE4 = CacheDtype::kFp8E4m3;
 // Small shapes (a sampled call's two CPU references stay well under a second): heads that are
 // and are not multiples of the 16-head group, widths off multiples of 32, page sizes 2 to 256,
 // both kernels (fp8_ds_mla only: tensor cores on sm_90a), one or two segments, sinks, a workspace
-// (splits; the 16- and 24-head shapes: the prefill kernels' 5 slices merged inside a cluster; the
+// (splits; the 16- and 24-head shapes: the pair kernels' 5 slices merged inside a cluster; the
 // 270-token one: decoded keys, docs/design.md#decoded-keys, on devices of up to 135 SMs).
 constexpr Shape kShapes[] = {
     {1, 1, 0, 64, 0, 8, kDs, kDs, false, false},
@@ -277,7 +277,7 @@ void AttentionSoak::sample(Problem& p, int32_t variant, int64_t step, PhaseResul
   }
   const testing::AttentionComparison e = testing::compare_attention(
       p.host[variant], out, lse,
-      sparse_attention_kernel(p.device[variant]) == AttentionKernel::kPrefill);
+      sparse_attention_kernel(p.device[variant]) == AttentionKernel::kSm90Pairs);
   if (e.failures > 0) {
     result->fail(step, shape_name(p.shape) + ", variant " + std::to_string(variant) + ": " +
                            std::to_string(e.failures) +

@@ -28,7 +28,7 @@ struct AttentionComparison {
 
 // Compares CUDA outputs (bf16 bits, fp32 lse) of the call `hp` describes (host views) with both
 // references, over the tokens in parallel threads. A reference that fails counts as a failure.
-// bf16_p: sparse_attention_kernel(params) == AttentionKernel::kPrefill for the call compared.
+// bf16_p: sparse_attention_kernel(params) == AttentionKernel::kSm90Pairs for the call compared.
 AttentionComparison compare_attention(const SparseAttentionParams& hp,
                                       const std::vector<uint16_t>& cuda_out,
                                       const std::vector<float>& cuda_lse, bool bf16_p = false);

@@ -223,10 +223,10 @@ inline int sm_count() {
   return sms;
 }
 
-// True when the call these device params describe runs the prefill kernel, which rounds P to
-// bf16 once (the comparison's wider bound).
+// True when the call these device params describe runs a pair kernel, which rounds P to bf16
+// once (the comparison's wider bound).
 inline bool rounds_p(const SparseAttentionParams& device_params) {
-  return sparse_attention_kernel(device_params) == AttentionKernel::kPrefill;
+  return sparse_attention_kernel(device_params) == AttentionKernel::kSm90Pairs;
 }
 
 // A small fixed problem for the behaviour tests.

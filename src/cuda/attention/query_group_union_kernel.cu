@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Query groups (docs/design.md#query-groups): the union of the key lists of each group of
-// a.query_group consecutive tokens, which the prefill kernel then walks once for all of them.
+// a.query_group consecutive tokens, which the fp8_ds_mla pair kernel then walks once for all of
+// them.
 //
 // One CTA per group. Its valid entries (inside the length, 0 <= id < num_slots) become keys (SWA
 // slot s -> s, extra slot s -> n0 + s); out-of-range ones are counted, as the kernels count them.
@@ -15,10 +16,12 @@
 #include <cub/block/block_scan.cuh>
 #include <mutex>
 
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/cuda_utils.h"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/sm90_kernels.h"
+#include "cuda/attention/sm90_params.h"
+#include "sparse_swa/attention.h"
 
-namespace sparse_swa::detail::ds_mla {
+namespace sparse_swa::detail::sm90 {
 namespace {
 
 constexpr int kUnionThreads = 512;
@@ -27,7 +30,8 @@ constexpr uint32_t kNoKey = 0xffffffffu;
 // Entry o of the group, in the union's order (the SWA entries of tokens 0..g-1 in turn, then
 // their extra entries): where its index lives, or nullptr past its row's length (lens:
 // [2][kMaxQueryGroup], the group's clamped lens per segment).
-__device__ __forceinline__ const int32_t* entry_source(const Args& a, int64_t first, int g, int o,
+__device__ __forceinline__ const int32_t* entry_source(const UnionParams& a, int64_t first, int g,
+                                                       int o,
                                                        const int32_t (&lens)[2][kMaxQueryGroup],
                                                        bool& swa, uint32_t& token) {
   const int w0 = a.seg0.width, w1 = a.num_segments > 1 ? a.seg1.width : 0;
@@ -45,7 +49,8 @@ __device__ __forceinline__ const int32_t* entry_source(const Args& a, int64_t fi
 
 // The key of an entry's index: SWA slot s -> s, extra slot s -> (SWA slots) + s, below 2^31 (the
 // plan's condition); kNoKey for -1 and out-of-range ids (those add to `bad`).
-__device__ __forceinline__ uint32_t entry_key(const Args& a, bool swa, int32_t idx, int& bad) {
+__device__ __forceinline__ uint32_t entry_key(const UnionParams& a, bool swa, int32_t idx,
+                                              int& bad) {
   const Segment& s = swa ? a.seg0 : a.seg1;
   if (idx < 0 || static_cast<uint32_t>(idx) >= s.num_slots) {
     bad += idx != -1;
@@ -59,7 +64,7 @@ __device__ __forceinline__ uint32_t entry_key(const Args& a, bool swa, int32_t i
 // occurrence, token bits), 12 kEntries bytes.
 template <int kUnionItems>
 __global__ void __launch_bounds__(kUnionThreads)
-    query_group_union_kernel(const __grid_constant__ Args a) {
+    query_group_union_kernel(const __grid_constant__ UnionParams a) {
   constexpr int kEntries = kUnionThreads * kUnionItems;  // also the table's slots (a power of 2)
   constexpr int kHashShift = 32 - __builtin_ctz(kEntries);
   using Scan = cub::BlockScan<int32_t, kUnionThreads>;
@@ -155,7 +160,7 @@ __global__ void __launch_bounds__(kUnionThreads)
 }
 
 template <int kUnionItems>
-Status launch_union(const Args& a, cudaStream_t stream) {
+Status launch_union(const UnionParams& a, cudaStream_t stream) {
   constexpr int kSmem = 12 * kUnionThreads * kUnionItems;
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
@@ -169,19 +174,19 @@ Status launch_union(const Args& a, cudaStream_t stream) {
         " bytes of shared memory for the query groups: ", cudaGetErrorString(attr_err));
   }
   query_group_union_kernel<kUnionItems>
-      <<<static_cast<unsigned>(a.key_rows), kUnionThreads, kSmem, stream>>>(a);
+      <<<static_cast<unsigned>(a.groups), kUnionThreads, kSmem, stream>>>(a);
   return Status::Ok();
 }
 
 }  // namespace
 
-Status launch_query_group_union(const Args& a, cudaStream_t stream) {
+Status launch_query_group_union(const UnionParams& a, cudaStream_t stream) {
   const int64_t entries =
       int64_t{a.query_group} * (a.seg0.width + (a.num_segments > 1 ? a.seg1.width : 0));
   if (entries <= 2 * kUnionThreads) return launch_union<2>(a, stream);
   if (entries <= 4 * kUnionThreads) return launch_union<4>(a, stream);
-  static_assert(8 * kUnionThreads == kMaxGroupEntries);
+  static_assert(8 * kUnionThreads == pairs_fp8::kMaxGroupEntries);
   return launch_union<8>(a, stream);
 }
 
-}  // namespace sparse_swa::detail::ds_mla
+}  // namespace sparse_swa::detail::sm90

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The split-KV merge of the prefill kernels inside a cluster: the a.splits slices of a (token,
+// The split-KV merge of the pair kernels inside a cluster: the a.splits slices of a (token,
 // head group) run as one cluster (rank = split), each leaves its unnormalised O rows and (max,
 // sum) in its own shared memory, and after a cluster barrier each CTA merges every a.splits-th
 // row from all of them through distributed shared memory into the finished rows. No fp32
@@ -8,17 +8,17 @@
 
 #include <cstdint>
 
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/attention_ds_mla_qk.cuh"
-#include "cuda/mma_ptx.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/sm90_common.cuh"
+#include "cuda/attention/sm90_params.h"
 
-namespace sparse_swa::detail::ds_mla {
+namespace sparse_swa::detail::sm90 {
 
-constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 // A stashed row: 512 fp32 and 8 more, so that the 8 rows of a warp's fragment stores start 32
 // bytes apart in the banks (two wavefronts a store, the fewest for 256 bytes).
 constexpr int kStashRowBytes = (kHeadDim + 8) * 4;
-constexpr int kStashBytes = kGroupHeads * kStashRowBytes;  // [64][520] fp32 at kQOff
+constexpr int kStashBytes = kHeadGroup * kStashRowBytes;  // [64][520] fp32 at kQOff
 static_assert(kStashBytes <= 3 * kQBytes, "the stash lies over Q and the K buffers");
 
 // Math warpgroup w's accumulators (dims 256 w + [0, 256) of rows `row` and row + 8, the m64n256
@@ -41,8 +41,8 @@ __device__ __forceinline__ void stash_rows(const Cta<L>& c, const float (&o)[2][
 
 // The float4 columns of this CTA's `rows` rows (rank + kSplits k), kItems per thread at a time
 // with the loads of all kSplits slices in flight; `weights` as merge_cluster_rows leaves them.
-template <int kItems, int kSplits>
-__device__ __forceinline__ void merge_cluster_columns(const Args& a, const int64_t row0,
+template <int kItems, int kSplits, class P>
+__device__ __forceinline__ void merge_cluster_columns(const P& a, const int64_t row0,
                                                       const uint32_t (&peer)[kMaxClusterSplits],
                                                       const float* weights, int rank, int rows,
                                                       int t) {
@@ -82,8 +82,8 @@ __device__ __forceinline__ void merge_cluster_columns(const Args& a, const int64
 
 // merge_cluster_columns with the slice count `splits` (2..kMaxClusterSplits) as a template
 // argument and about 24 remote loads in flight per thread (24 / splits columns, 3 to 8).
-template <int kSplits = 2>
-__device__ __forceinline__ void merge_cluster_columns_for(int splits, const Args& a, int64_t row0,
+template <int kSplits = 2, class P>
+__device__ __forceinline__ void merge_cluster_columns_for(int splits, const P& a, int64_t row0,
                                                           const uint32_t (&peer)[kMaxClusterSplits],
                                                           const float* weights, int rank, int rows,
                                                           int t) {
@@ -98,14 +98,14 @@ __device__ __forceinline__ void merge_cluster_columns_for(int splits, const Args
 
 // After a cluster barrier: this CTA (rank c.split) finishes rows c.split + a.splits k of its
 // head group from every rank's stash and (max, sum) at L::kMlOff, by the 256 math threads (t =
-// 0..255); the same arithmetic as ds_mla_merge_kernel. Each row's weights 2^(m_s - M) and final
+// 0..255); the same arithmetic as split_merge_kernel. Each row's weights 2^(m_s - M) and final
 // factor first (a thread a row, into shared memory past the stash), then the rows' float4
 // columns several at a time per thread with all their remote loads in flight: a remote load
 // takes hundreds of cycles, so one row at a time would leave the merge latency-bound.
-template <class L>
-__device__ __forceinline__ void merge_cluster_rows(const Args& a, const Cta<L>& c, int t) {
+template <class P, class L>
+__device__ __forceinline__ void merge_cluster_rows(const P& a, const Cta<L>& c, int t) {
   constexpr int kWeights = kMaxClusterSplits + 1;  // per row: the slices' weights, the factor
-  static_assert(kQOff + kStashBytes + kGroupHeads * kWeights * 4 <= L::kPOff);
+  static_assert(kQOff + kStashBytes + kHeadGroup * kWeights * 4 <= L::kPOff);
   const int splits = a.splits, rank = c.split;
   const int rows = (c.heads - rank + splits - 1) / splits;
   float* weights = reinterpret_cast<float*>(c.base + kQOff + kStashBytes);  // [64][kWeights]
@@ -143,4 +143,4 @@ __device__ __forceinline__ void merge_cluster_rows(const Args& a, const Cta<L>& 
   merge_cluster_columns_for(splits, a, c.t * a.num_heads + c.h0, peer, weights, rank, rows, t);
 }
 
-}  // namespace sparse_swa::detail::ds_mla
+}  // namespace sparse_swa::detail::sm90

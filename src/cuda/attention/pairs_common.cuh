@@ -1,26 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the two prefill kernels share (attention_ds_mla_prefill_fp8.cu, 32-key blocks, and
-// attention_ds_mla_prefill_bf16.cu, 64-key blocks): a CTA's token and head group, a key's index
-// entry, the end of the math warpgroups' pair loop and the launch. Both kernels: 384 threads, two
-// math warpgroups (0, 1) and a producer (2); docs/design.md#attention-kernels.
+// What the pair kernels share (sm90_pairs_fp8_kernel.cu, 32-key blocks, and
+// sm90_pairs_bf16_kernel.cu, 64-key blocks), and with them the few-heads kernel: an item's token,
+// head group and slice of the key list, a key's index entry, and for the pair kernels the end of
+// the math warpgroups' pair loop and their roles. The pair kernels: 384 threads, two math
+// warpgroups (0, 1) and a producer (2); docs/design.md#attention-kernels.
 #pragma once
 
-#include <cuda_runtime.h>
-
-#include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
 
-#include "cuda/attention_ds_mla_cluster_merge.cuh"
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/attention_ds_mla_pv.cuh"
-#include "cuda/cuda_utils.h"
-#include "cuda/mma_ptx.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/cluster_merge.cuh"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/rows_out.cuh"
+#include "cuda/attention/sm90_common.cuh"
+#include "cuda/attention/sm90_params.h"
 
-namespace sparse_swa::detail::ds_mla {
-
-constexpr int kPrefillThreads = 384;
+namespace sparse_swa::detail::sm90 {
 
 // Item `item` = (token * groups + head group) * splits + split (CTA blockIdx.x, or one of the
 // items a CTA of the bf16 kernel walks): its token, heads, and its slice of the token's key list
@@ -33,10 +29,10 @@ constexpr int kPrefillThreads = 384;
 // rows, and the group's union as the key list.
 //
 // In two steps, so that nothing waits for the lens before Q's load and the first index entries
-// are on their way: start_prefill_cta places the item and loads the lens (c.len0, c.total hold
-// them raw), settle_prefill_cta clamps them and works out the slice.
-template <bool kSplit, class L>
-__device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint32_t item) {
+// are on their way: start_item places the item and loads the lens (c.len0, c.total hold
+// them raw), settle_item clamps them and works out the slice.
+template <bool kSplit, class P, class L>
+__device__ __forceinline__ void start_item(const P& a, Cta<L>& c, uint32_t item) {
   c.split = 0;
   if constexpr (L::kQueryGroups) {
     c.h0 = 0;
@@ -52,19 +48,19 @@ __device__ __forceinline__ void start_prefill_cta(const Args& a, Cta<L>& c, uint
       const uint32_t rest = item - whole;
       const uint32_t tg = item < whole ? item : whole + rest / a.splits;  // token x groups + group
       c.split = item < whole ? 0 : static_cast<int>(rest % a.splits);
-      c.h0 = static_cast<int>(tg % a.groups) * kGroupHeads;
+      c.h0 = static_cast<int>(tg % a.groups) * kHeadGroup;
       c.t = tg / a.groups;
     } else {
-      c.h0 = static_cast<int>(item % a.groups) * kGroupHeads;
+      c.h0 = static_cast<int>(item % a.groups) * kHeadGroup;
       c.t = item / a.groups;
     }
-    c.heads = min(kGroupHeads, a.num_heads - c.h0);
+    c.heads = min(kHeadGroup, a.num_heads - c.h0);
     c.len0 = a.seg0.lens[c.t];
     c.total = a.num_segments > 1 ? a.seg1.lens[c.t] : 0;
   }
 }
-template <bool kSplit, class L>
-__device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int block_keys) {
+template <bool kSplit, class P, class L>
+__device__ __forceinline__ void settle_item(const P& a, Cta<L>& c, int block_keys) {
   if constexpr (!L::kQueryGroups) {
     clamp_lens(a, c, c.len0, static_cast<int32_t>(c.total));
   }
@@ -88,21 +84,21 @@ __device__ __forceinline__ void settle_prefill_cta(const Args& a, Cta<L>& c, int
 // (first_key_index checks that once the CTA is settled). -1 where it cannot be: past the SWA
 // width, in a slice of a split that starts later, or with query groups (their lists are the
 // unions).
-template <class L>
-__device__ __forceinline__ int32_t early_key_index(const Args& a, const Cta<L>& c, int64_t j) {
+template <class P, class L>
+__device__ __forceinline__ int32_t early_key_index(const P& a, const Cta<L>& c, int64_t j) {
   if (L::kQueryGroups || c.split != 0 || j >= a.seg0.width) return -1;
   return a.seg0.indices[c.t * a.seg0.row_stride + j];
 }
 
 // Key `key` of block b of the CTA's slice, as a place in the token's key list.
-__device__ __forceinline__ int64_t prefill_key(int32_t tile0, int b, int block_keys, int key) {
+__device__ __forceinline__ int64_t item_key(int32_t tile0, int b, int block_keys, int key) {
   return (int64_t{tile0} + b) * block_keys + key;
 }
 
 // The index entry of key j of the token's list (both segments as one list, SWA entries first),
 // or -1 past the slice's end (so also in the all-masked block an odd block count ends on).
-template <class L>
-__device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>& c, int64_t j) {
+template <class P, class L>
+__device__ __forceinline__ int32_t item_key_index(const P& a, const Cta<L>& c, int64_t j) {
   if (j >= c.total) return -1;
   if constexpr (L::kQueryGroups) return a.unions.slots_of(c.t)[j];  // checked slots
   const bool swa = j < c.len0;
@@ -111,11 +107,11 @@ __device__ __forceinline__ int32_t prefill_key_index(const Args& a, const Cta<L>
 }
 
 // The index entry of key j of the slice's first blocks, given early_key_index's guess for it.
-template <class L>
-__device__ __forceinline__ int32_t first_key_index(const Args& a, const Cta<L>& c, int64_t j,
+template <class P, class L>
+__device__ __forceinline__ int32_t first_key_index(const P& a, const Cta<L>& c, int64_t j,
                                                    int32_t early) {
   if (!L::kQueryGroups && c.split == 0 && j < c.len0) return early;  // j < len0 <= total
-  return prefill_key_index(a, c, j);
+  return item_key_index(a, c, j);
 }
 
 // bf16 copies (the bf16 and few-heads kernels' producers, 128 threads): 8 threads per key row,
@@ -171,9 +167,9 @@ __device__ __forceinline__ float rounded_sum_step(float lr, float corr, float su
 }
 
 // Whether this launch's slices (of a kernel with layout L) merge inside their cluster
-// (attention_ds_mla_cluster_merge.cuh) rather than through partials and the merge kernel.
-template <class L>
-__device__ __forceinline__ bool merges_in_cluster(const Args& a) {
+// (cluster_merge.cuh) rather than through partials and the merge kernel.
+template <class L, class P>
+__device__ __forceinline__ bool merges_in_cluster(const P& a) {
   return L::kSplitKeys && a.cluster_merge;
 }
 
@@ -181,11 +177,10 @@ __device__ __forceinline__ bool merges_in_cluster(const Args& a) {
 // row_out, then the rows out. m: the running max (log2 units, the same in both warpgroups); l,
 // lr: this thread's part of warpgroup w's sums of P, and of P with each block's largest P rounded
 // to bf16 as P V took it; row: the thread's first accumulator row (and row + 8).
-template <class L>
-__device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>& c,
-                                                    float (&o)[2][64], const float (&m)[2],
-                                                    float (&l)[2], float (&lr)[2], int w, int row,
-                                                    int lane, int tid) {
+template <class P, class L>
+__device__ __forceinline__ void finish_pair_rows(const P& a, const Cta<L>& c, float (&o)[2][64],
+                                                 const float (&m)[2], float (&l)[2], float (&lr)[2],
+                                                 int w, int row, int lane, int tid) {
   float* sums = reinterpret_cast<float*>(c.base + L::kSumOff);                 // [2][64]
   float* rounded_sums = reinterpret_cast<float*>(c.base + L::kRoundedSumOff);  // [2][64]
 #pragma unroll
@@ -195,8 +190,8 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
     lr[hh] += __shfl_xor_sync(0xffffffffu, lr[hh], 1);
     lr[hh] += __shfl_xor_sync(0xffffffffu, lr[hh], 2);
     if ((lane & 3) == 0) {
-      sums[w * kGroupHeads + row + 8 * hh] = l[hh];
-      rounded_sums[w * kGroupHeads + row + 8 * hh] = lr[hh];
+      sums[w * kHeadGroup + row + 8 * hh] = l[hh];
+      rounded_sums[w * kHeadGroup + row + 8 * hh] = lr[hh];
     }
   }
   ptx::named_barrier(6, 256);
@@ -207,8 +202,8 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = row + 8 * hh;
-    const float total = sums[r] + sums[kGroupHeads + r];
-    const float rounded = rounded_sums[r] + rounded_sums[kGroupHeads + r];
+    const float total = sums[r] + sums[kHeadGroup + r];
+    const float rounded = rounded_sums[r] + rounded_sums[kHeadGroup + r];
     ratio[hh] = rounded > 0.0f ? total / rounded : 1.0f;
     if (w == 0 && (lane & 3) == 0) {
       reinterpret_cast<float2*>(c.base + L::kMlOff)[r] = make_float2(m[hh], total);
@@ -217,22 +212,21 @@ __device__ __forceinline__ void finish_prefill_rows(const Args& a, const Cta<L>&
   ptx::named_barrier(6, 256);  // also: every QK step is done, Q's bytes are free
   if (merges_in_cluster<L>(a)) {
     scale_rows(o, ratio);
-    stash_rows(c, o, w, row, lane);  // merged at the end of run_prefill_roles
+    stash_rows(c, o, w, row, lane);  // merged at the end of run_pair_roles
   } else {
     write_rows(a, c, o, w, row, lane, 128 * w + tid, ratio);
   }
 }
 
-// The roles of a prefill CTA once its barriers are set up: warpgroup 2 runs `producer(t)` (t =
+// The roles of a pair-kernel CTA once its barriers are set up: warpgroup 2 runs `producer(t)` (t =
 // its thread, 0..127; it starts while Q arrives), warpgroups 0 and 1 wait for Q (per token: on
 // `q_bar`, start_q_load's barrier; query groups: they load it themselves) and run
 // `math(std::integral_constant<int, w>, t)`; setmaxnreg moves registers between them. A
 // cluster-merged split CTA then merges its rows (the math warpgroups, which hold the registers)
 // between two cluster barriers; the second keeps each stash until the whole cluster has read it.
-template <int kMathRegs, int kProducerRegs, class L, class Producer, class Math>
-__device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c, int tid,
-                                                  Producer&& producer, Math&& math,
-                                                  uint32_t q_bar) {
+template <int kMathRegs, int kProducerRegs, class P, class L, class Producer, class Math>
+__device__ __forceinline__ void run_pair_roles(const P& a, const Cta<L>& c, int tid,
+                                               Producer&& producer, Math&& math, uint32_t q_bar) {
   const int wg = tid >> 7;
   if (wg == 2) {
     ptx::setmaxnreg_dec<kProducerRegs>();
@@ -264,75 +258,4 @@ __device__ __forceinline__ void run_prefill_roles(const Args& a, const Cta<L>& c
   }
 }
 
-// The configuration of `ctas` prefill CTAs (`smem` bytes each) in clusters of `size` along x.
-struct ClusterLaunch {
-  cudaLaunchAttribute cluster{};
-  cudaLaunchConfig_t config{};
-  ClusterLaunch(unsigned ctas, unsigned size, size_t smem, cudaStream_t stream) {
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = size;
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.gridDim = dim3(ctas);
-    config.blockDim = dim3(kPrefillThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
-  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at this object's attribute
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
-};
-
-// Whether clusters of `splits` CTAs of kKernel (`smem` bytes each) can run on this device at all
-// (a partition with few SMs per GPC may hold none); asked once per cluster size.
-template <auto kKernel>
-bool clusters_fit(int splits, size_t smem) {
-  static std::once_flag once[kMaxClusterSplits + 1];
-  static bool fits[kMaxClusterSplits + 1] = {};
-  std::call_once(once[splits], [splits, smem] {
-    const ClusterLaunch launch(static_cast<unsigned>(splits), static_cast<unsigned>(splits), smem,
-                               nullptr);
-    int clusters = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config);
-    if (err != cudaSuccess) cudaGetLastError();  // a refusal is an answer, not this call's error
-    fits[splits] = err == cudaSuccess && clusters > 0;
-  });
-  return fits[splits];
-}
-
-// Launches kKernel over key rows (tokens, or query groups) x head groups x splits with `smem`
-// bytes of dynamic shared memory (reserved once per kernel). A cluster-merged split launch
-// (a.cluster_merge) runs the splits of each (token, head group) as one cluster; where such
-// clusters cannot run, a.cluster_merge is cleared and the slices write partials for the merge
-// kernel instead.
-template <auto kKernel, bool kWalksItems = false, int kCtaThreads = kPrefillThreads>
-Status launch_prefill_grid(Args& a, size_t smem, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [smem] {
-    attr_err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem));
-  });
-  if (attr_err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot reserve ", smem,
-                          " bytes of shared memory per CTA: ", cudaGetErrorString(attr_err));
-  }
-  const unsigned ctas = static_cast<unsigned>(launch_items(a));
-  if (a.cluster_merge && !clusters_fit<kKernel>(a.splits, smem)) a.cluster_merge = 0;
-  if (!a.cluster_merge) {
-    const unsigned grid =
-        kWalksItems && a.max_ctas > 0 ? min(ctas, static_cast<unsigned>(a.max_ctas)) : ctas;
-    kKernel<<<grid, kCtaThreads, smem, stream>>>(a);
-    return Status::Ok();
-  }
-  // a.splits <= kMaxClusterSplits
-  const ClusterLaunch launch(ctas, static_cast<unsigned>(a.splits), smem, stream);
-  const cudaError_t err = cudaLaunchKernelEx(&launch.config, kKernel, a);
-  if (err != cudaSuccess) {
-    return internal_error("sparse_attention: cannot launch clusters of ", a.splits,
-                          " CTAs: ", cudaGetErrorString(err));
-  }
-  return Status::Ok();
-}
-
-}  // namespace sparse_swa::detail::ds_mla
+}  // namespace sparse_swa::detail::sm90

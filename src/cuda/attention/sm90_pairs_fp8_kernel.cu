@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The prefill kernel of the tensor-core attention on fp8_ds_mla caches, for unsplit calls and
-// for split ones whose slices get two pairs of blocks or more (attention_ds_mla.cu chooses;
-// docs/design.md#attention-kernels). sm_90a only; semantics as the decode kernel's, but P is
-// rounded to bf16 once before P V (one part, not the decode kernel's two), which bounds the
+// The pair kernel on fp8_ds_mla caches (the plan, src/attention/sm90_plan.cc, chooses;
+// docs/design.md#attention-kernels). sm_90a only; semantics as the tile32 kernel's, but P is
+// rounded to bf16 once before P V (one part, not the tile32 kernel's two), which bounds the
 // output's extra error by 2^-9 times the weighted mean of |V|
-// (docs/design.md#attention-precision). bf16 caches have their own prefill kernel
-// (attention_ds_mla_prefill_bf16.cu).
+// (docs/design.md#attention-precision). bf16 rows have their own pair kernel
+// (sm90_pairs_bf16_kernel.cu).
 //
 // One CTA = one query token x a group of up to 64 heads x its key list (or, split, a slice of
-// whole pairs: start_prefill_cta), walked in blocks of 32 keys, two at a time (pair p = blocks 2p
+// whole pairs: start_item), walked in blocks of 32 keys, two at a time (pair p = blocks 2p
 // and 2p + 1), by three warpgroups:
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n32k16, Q and K in shared
 //       memory); the two exchange their blocks' row maxima, so that both rescale by one running
@@ -28,45 +27,47 @@
 #pragma nv_diag_suppress 177
 #endif
 
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/attention_ds_mla_prefill.cuh"
-#include "cuda/attention_ds_mla_producer.cuh"
-#include "cuda/attention_ds_mla_pv.cuh"
-#include "cuda/attention_ds_mla_qk.cuh"
-#include "cuda/cuda_utils.h"
-#include "cuda/mma_ptx.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/fp8_decode.cuh"
+#include "cuda/attention/grid_launch.cuh"
+#include "cuda/attention/pairs_common.cuh"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/sm90_common.cuh"
+#include "cuda/attention/sm90_kernels.h"
+#include "cuda/attention/sm90_params.h"
+#include "sparse_swa/attention.h"
 #include "sparse_swa/kv_cache.h"
 
-namespace sparse_swa::detail::ds_mla {
+namespace sparse_swa::detail::sm90 {
 namespace {
 
-constexpr int kBlockKeys = 32;
+using pairs_fp8::kBlockKeys;
 constexpr int kBuffers = 4;
 // setmaxnreg: 168 registers at entry (384 threads), moved from the producer to the math threads;
 // the producer holds two keys' bytes in registers.
 constexpr int kMathRegs = 192, kProducerRegs = 120;
 static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 
-// Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the decode kernel).
-struct PrefillBuffers {
+// Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the other 64-row kernels).
+struct PairsFp8Buffers {
   static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [32 keys, 512] bf16, swizzled
   static constexpr int kColBlock = kBlockKeys * 128;           // one [32, 64 dims] column block
   static constexpr int kKOff = kQOff + kQBytes;                // K buffers 0..3
   // [2][64 heads, 32 keys] bf16 in 128-byte rows (columns 32-63 unused), swizzled.
   static constexpr int kPOff = kKOff + kBuffers * kBufBytes;
-  static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32 row maxima of a pair
-  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;         // [2][64] fp32 row sums
-  static constexpr int kRoundedSumOff = kSumOff + 2 * kGroupHeads * 4;  // + the top's rounding
-  static constexpr int kMlOff = kRoundedSumOff + 2 * kGroupHeads * 4;   // [64] (max, sum)
-  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;             // valid-key masks
+  static constexpr int kMaxOff = kPOff + 2 * kPBytes;           // [2][64] fp32 row maxima of a pair
+  static constexpr int kSumOff = kMaxOff + 2 * kHeadGroup * 4;  // [2][64] fp32 row sums
+  static constexpr int kRoundedSumOff = kSumOff + 2 * kHeadGroup * 4;  // + the top's rounding
+  static constexpr int kMlOff = kRoundedSumOff + 2 * kHeadGroup * 4;   // [64] (max, sum)
+  static constexpr int kMaskOff = kMlOff + kHeadGroup * 8;             // valid-key masks
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes % 1024 == 0);
 };
-using PL = PrefillBuffers;
+using PL = PairsFp8Buffers;
 // kGroups: the CTA takes a query group's union (docs/design.md#query-groups), with a valid-key
 // mask per token of the group. kSplit: the CTA takes a slice of its key list (its blocks from
 // c.tile0 on); unsplit, block b is block b of the list.
 template <bool kGroups, bool kSplit>
-struct PrefillLayout : PrefillBuffers {
+struct PairsFp8Layout : PairsFp8Buffers {
   static constexpr bool kQueryGroups = kGroups;
   static constexpr bool kSplitKeys = kSplit;
   static constexpr int kMaskWords = kGroups ? kMaxQueryGroup : 1;       // [4][kMaskWords] uint32
@@ -95,22 +96,23 @@ __device__ __forceinline__ uint32_t q_bar(const Cta<L>& c) {
 // ---- producer: four threads per key ----
 
 // The index entry of key `key` of block b (of the CTA's slice, from block c.tile0 on), or -1.
-// (Unsplit, the place is spelled without c.tile0: through a shared helper ptxas laid the unsplit
-// kernel out differently, ~1.5 % slower; bench/README.md#variant-log, run 64.)
+// (Unsplit, the place is spelled without c.tile0: through a shared helper ptxas lays the unsplit
+// kernel out differently, and slower.)
 template <class L>
-__device__ __forceinline__ int32_t block_index(const Args& a, const Cta<L>& c, int b, int key) {
+__device__ __forceinline__ int32_t block_index(const PairsFp8Params& a, const Cta<L>& c, int b,
+                                               int key) {
   if constexpr (L::kSplitKeys) {
-    return prefill_key_index(a, c, (int64_t{c.tile0} + b) * kBlockKeys + key);
+    return item_key_index(a, c, (int64_t{c.tile0} + b) * kBlockKeys + key);
   }
-  return prefill_key_index(a, c, int64_t{b} * kBlockKeys + key);
+  return item_key_index(a, c, int64_t{b} * kBlockKeys + key);
 }
 
 // Warp w records the valid bits of its keys 8 w..8 w + 7 (key tid / 4) as byte w of buffer
 // buf's mask (of each token's mask, for a query group: a key is valid for the tokens whose bits
 // it carries).
 template <class L>
-__device__ __forceinline__ void publish_mask(const Args& a, const Cta<L>& c, int buf, int tid,
-                                             bool valid, uint32_t tokens) {
+__device__ __forceinline__ void publish_mask(const PairsFp8Params& a, const Cta<L>& c, int buf,
+                                             int tid, bool valid, uint32_t tokens) {
   // Lanes 4j of warp w hold keys 8w + j: their ballot bits, packed, are byte w of mask `word`.
   const auto store_byte = [&](int word, bool key_valid) {
     const uint32_t lanes = __ballot_sync(0xffffffffu, (tid & 3) == 0 && key_valid);
@@ -148,7 +150,7 @@ struct RawKey : std::conditional_t<kGroups, RawKeyTokens, RawKeyNoTokens> {
 // Where a producer thread's key of block b lies: its row and scale bytes (data == nullptr: masked),
 // in a query group the word of the tokens that use it. Resolved a block before the loads start,
 // so that the loads of a block go out at the top of the producer's loop.
-struct PrefillKeySource {
+struct PairKeySource {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
   const uint32_t* tokens = nullptr;
@@ -157,10 +159,10 @@ struct PrefillKeySource {
 // Resolves block b's key from its index entry; entries < -1 or past the cache are counted once
 // (head group 0, by part 0).
 template <class L>
-__device__ __forceinline__ PrefillKeySource resolve_block_key(const Args& a, const Cta<L>& c, int b,
-                                                              int tid, int32_t idx) {
+__device__ __forceinline__ PairKeySource resolve_block_key(const PairsFp8Params& a, const Cta<L>& c,
+                                                           int b, int tid, int32_t idx) {
   const int key = tid >> 2, part = tid & 3;
-  PrefillKeySource ref;
+  PairKeySource ref;
   if (idx == -1) return ref;
   int64_t j = int64_t{b} * kBlockKeys + key;
   if constexpr (L::kSplitKeys) j += int64_t{c.tile0} * kBlockKeys;
@@ -180,7 +182,7 @@ __device__ __forceinline__ PrefillKeySource resolve_block_key(const Args& a, con
 
 // Starts the loads of a resolved key's share (masked: nothing loaded).
 template <bool kGroups>
-__device__ __forceinline__ void load_raw(const PrefillKeySource& ref, int tid, RawKey<kGroups>& r) {
+__device__ __forceinline__ void load_raw(const PairKeySource& ref, int tid, RawKey<kGroups>& r) {
   const int part = tid & 3;
   r.valid = ref.data != nullptr;
   if (!r.valid) return;
@@ -196,7 +198,7 @@ __device__ __forceinline__ void load_raw(const PrefillKeySource& ref, int tid, R
   if constexpr (kGroups) r.tokens = __ldg(ref.tokens);
 }
 
-// That share decoded into buffer `k` (zero rows for a masked key), as the decode kernel's
+// That share decoded into buffer `k` (zero rows for a masked key), as the tile32 kernel's
 // decode_tile does from shared memory.
 template <bool kGroups>
 __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, int tid) {
@@ -231,44 +233,34 @@ __device__ __forceinline__ void store_key(const RawKey<kGroups>& r, uint8_t* k, 
 // every thread arrives on ready(buf) after its stores. early[b]: early_key_index of the thread's
 // key of blocks 0..2 (issued before the lens were known).
 template <class L>
-__device__ void decode_prefill_producer(const Args& a, const Cta<L>& c, int tid,
-                                        const int32_t (&early)[3]) {
-  RoleClock clk(a, 0);  // slots: free waits, decodes, next block's loads
+__device__ void pairs_fp8_producer(const PairsFp8Params& a, const Cta<L>& c, int tid,
+                                   const int32_t (&early)[3]) {
   const int key = tid >> 2;
   const int blocks = (c.n + 1) / 2 * 2;  // an odd count ends on an all-masked block
-  const bool no_bytes = kDecodeAblations && (a.ablate & kAblateProducer);  // profile builds
   RawKey<L::kQueryGroups> cur, next;
   const auto first_index = [&](int b) {
     return first_key_index(a, c, (int64_t{c.tile0} + b) * kBlockKeys + key, early[b]);
   };
   load_raw(resolve_block_key(a, c, 0, tid, first_index(0)), tid, cur);
-  PrefillKeySource ref = resolve_block_key(a, c, 1, tid, first_index(1));
+  PairKeySource ref = resolve_block_key(a, c, 1, tid, first_index(1));
   int32_t idx = first_index(2);
   for (int b = 0; b < blocks; ++b) {
     const int p = b >> 1, buf = 2 * (p & 1) + (b & 1);
     const int32_t after = block_index(a, c, b + 3, key);
-    if (!no_bytes) load_raw(ref, tid, next);
+    load_raw(ref, tid, next);
     ref = resolve_block_key(a, c, b + 2, tid, idx);
-    clk.lap(2);
     if (p >= 2) ptx::mbar_wait(free_bar(c, buf), ((p >> 1) - 1) & 1);
-    clk.lap(0);
-    if (no_bytes) {
-      publish_mask(a, c, buf, tid, true, ~0u);
+    store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
+    if constexpr (L::kQueryGroups) {
+      publish_mask(a, c, buf, tid, cur.valid, cur.tokens);
     } else {
-      store_key(cur, c.base + PL::kKOff + buf * PL::kBufBytes, tid);
-      if constexpr (L::kQueryGroups) {
-        publish_mask(a, c, buf, tid, cur.valid, cur.tokens);
-      } else {
-        publish_mask(a, c, buf, tid, cur.valid, 0u);
-      }
+      publish_mask(a, c, buf, tid, cur.valid, 0u);
     }
     ptx::fence_proxy_async();  // wgmma reads these rows through the async proxy
     ptx::mbar_arrive(ready_bar(c, buf));
-    clk.lap(1);
     cur = next;
     idx = after;
   }
-  clk.store(c.n);
 }
 
 // ---- math warpgroups ----
@@ -280,7 +272,7 @@ __device__ __forceinline__ void qk_block(float (&s)[16], uint32_t q_base, uint32
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
     const uint32_t inner = (step & 3) * 32;
-    const uint64_t da = ptx::desc_advance(q_desc, (step >> 2) * (kGroupHeads * 128) + inner);
+    const uint64_t da = ptx::desc_advance(q_desc, (step >> 2) * (kHeadGroup * 128) + inner);
     const uint64_t db = ptx::desc_advance(k_desc, (step >> 2) * PL::kColBlock + inner);
     if (step == 0) {
       ptx::wgmma_m64n32k16_first(s, da, db);
@@ -302,8 +294,7 @@ __device__ __forceinline__ uint64_t v_base_desc(uint32_t k_base) {
 // w as a template argument: every shared-memory address below is then warp-uniform, and the
 // wgmma descriptors live in uniform registers.
 template <int w, class L>
-__device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
-  RoleClock clk(a, 1 + w);  // slots: print_profile's kPrefillMath
+__device__ void pair_math(const PairsFp8Params& a, const Cta<L>& c, int tid) {
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
   int token[2] = {0, 0};  // a query group's rows: their tokens (rows past the group's: any)
@@ -326,21 +317,12 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     const uint32_t my_k = c.sbase + PL::kKOff + mine * PL::kBufBytes;
     const uint32_t other_k = c.sbase + PL::kKOff + theirs * PL::kBufBytes;
     float s[16];
-    clk.lap(6);
     ptx::mbar_wait(ready_bar(c, mine), (p >> 1) & 1);
-    clk.lap(0);
-    if (kDecodeAblations && (a.ablate & kAblateMath)) {
-      ptx::mbar_arrive(free_bar(c, 2 * (p & 1)));
-      ptx::mbar_arrive(free_bar(c, 2 * (p & 1) + 1));
-      continue;
-    }
     ptx::fence_proxy_async();  // the copies, now visible here, before the async-proxy reads
     ptx::wgmma_fence();
     qk_block(s, q_base, my_k);
     ptx::wgmma_commit();
-    clk.lap(1);
     ptx::wgmma_wait<0>();
-    clk.lap(2);
     const uint32_t mask = *reinterpret_cast<const uint32_t*>(c.base + L::kMaskOff + 4 * mine);
     uint32_t token_masks[2] = {mask, mask};
     if constexpr (L::kQueryGroups) {
@@ -370,17 +352,14 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     for (int hh = 0; hh < 2; ++hh) {
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
       mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-      if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = mx[hh];
+      if ((lane & 3) == 0) maxes[w * kHeadGroup + row + 8 * hh] = mx[hh];
     }
-    clk.lap(3);
-    const bool lockstep = !(kDecodeAblations && (a.ablate & kAblateExchange));
-    if (lockstep) ptx::named_barrier(4, 256);
-    clk.lap(4);
+    ptx::named_barrier(4, 256);
     float corr[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float m_new = next_max(  // moves by more than kMaxLag only: most blocks rescale no O
-          m[hh], fmaxf(mx[hh], lockstep ? maxes[(1 - w) * kGroupHeads + row + 8 * hh] : mx[hh]));
+          m[hh], fmaxf(mx[hh], maxes[(1 - w) * kHeadGroup + row + 8 * hh]));
       corr[hh] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hh] - m_new);
       m[hh] = m_new;
     }
@@ -432,12 +411,10 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     // producer refills first, comes free one P V step before block 2p + 1's.
     if constexpr (w == 0) {
       own_pv();
-      if (lockstep) ptx::named_barrier(5, 256);  // both P tiles are in shared memory
-      clk.lap(5);
+      ptx::named_barrier(5, 256);  // both P tiles are in shared memory
       other_pv();
     } else {
-      if (lockstep) ptx::named_barrier(5, 256);
-      clk.lap(5);
+      ptx::named_barrier(5, 256);
       other_pv();
       own_pv();
     }
@@ -446,21 +423,19 @@ __device__ void prefill_math(const Args& a, const Cta<L>& c, int tid) {
     ptx::wgmma_wait<0>();
     ptx::mbar_arrive(free_bar(c, 2 * (p & 1) + 1));
   }
-  clk.lap(6);
-  clk.store(c.n);
-  finish_prefill_rows(a, c, o, m, l, lr, w, row, lane, tid);
+  finish_pair_rows(a, c, o, m, l, lr, w, row, lane, tid);
 }
 
 template <bool kGroups, bool kSplit>
-__global__ void __launch_bounds__(kPrefillThreads, 1)
-    ds_mla_prefill_fp8_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(pairs::kThreads, 1)
+    sm90_pairs_fp8_kernel(const __grid_constant__ PairsFp8Params a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = PrefillLayout<kGroups, kSplit>;
+  using L = PairsFp8Layout<kGroups, kSplit>;
   extern __shared__ uint8_t smem_raw[];
   Cta<L> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<kSplit>(a, c, blockIdx.x);
+  start_item<kSplit>(a, c, blockIdx.x);
   // The producer's first index entries go out with the lens, before the barrier (so that nothing
   // is scheduled to wait for the lens ahead of them).
   int32_t early[3];
@@ -480,10 +455,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   if constexpr (!kGroups) {
     if (tid == 0) start_q_load(a, c, q_bar(c));
   }
-  settle_prefill_cta<kSplit>(a, c, kBlockKeys);
-  run_prefill_roles<kMathRegs, kProducerRegs>(
-      a, c, tid, [&](int t) { decode_prefill_producer(a, c, t, early); },
-      [&](auto w, int t) { prefill_math<decltype(w)::value>(a, c, t); }, q_bar(c));
+  settle_item<kSplit>(a, c, kBlockKeys);
+  run_pair_roles<kMathRegs, kProducerRegs>(
+      a, c, tid, [&](int t) { pairs_fp8_producer(a, c, t, early); },
+      [&](auto w, int t) { pair_math<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
 #endif
@@ -491,17 +466,23 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 
 }  // namespace
 
-Status launch_prefill_fp8(Args& a, cudaStream_t stream) {
+Status launch_sm90_pairs_fp8(const PairsFp8Params& a, cudaStream_t stream) {
+  constexpr int kThreads = pairs::kThreads;
   if (a.query_group > 1) {  // never split
-    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<true, false>>(
-        a, PrefillLayout<true, false>::kSmem, stream);
+    return launch_item_grid<sm90_pairs_fp8_kernel<true, false>>(
+        a, PairsFp8Layout<true, false>::kSmem, kThreads, 0, 0, stream);
   }
   if (a.splits > 1) {
-    return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false, true>>(
-        a, PrefillLayout<false, true>::kSmem, stream);
+    return launch_item_grid<sm90_pairs_fp8_kernel<false, true>>(
+        a, PairsFp8Layout<false, true>::kSmem, kThreads, 0, a.cluster_merge ? a.splits : 0, stream);
   }
-  return launch_prefill_grid<ds_mla_prefill_fp8_kernel<false, false>>(
-      a, PrefillLayout<false, false>::kSmem, stream);
+  return launch_item_grid<sm90_pairs_fp8_kernel<false, false>>(
+      a, PairsFp8Layout<false, false>::kSmem, kThreads, 0, 0, stream);
 }
 
-}  // namespace sparse_swa::detail::ds_mla
+bool sm90_pairs_fp8_clusters_fit(int splits) {
+  return clusters_fit<sm90_pairs_fp8_kernel<false, true>>(splits,
+                                                          PairsFp8Layout<false, true>::kSmem);
+}
+
+}  // namespace sparse_swa::detail::sm90

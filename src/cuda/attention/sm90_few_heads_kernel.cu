@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The prefill kernel for few heads (1..16) on bf16 rows (bf16 caches, or fp8_ds_mla keys decoded
-// into the workspace; docs/design.md#few-heads). sm_90a only; semantics and precision as the bf16
-// prefill kernel's (attention_ds_mla_prefill_bf16.cu): exact running maximum, P rounded to bf16
-// once, sums over P before rounding.
+// The few-heads kernel (1..16 heads) on bf16 rows (bf16 caches, or fp8_ds_mla keys decoded into
+// the workspace; docs/design.md#few-heads). sm_90a only; semantics and precision as the bf16 pair
+// kernel's (sm90_pairs_bf16_kernel.cu): exact running maximum, P rounded to bf16 once, sums over
+// P before rounding.
 //
 // The keys go in the MMA's M dimension, so that the tensor cores work on the heads there are
 // instead of 64 rows of which most are padding: per block of 64 keys,
@@ -26,17 +26,19 @@
 #pragma nv_diag_suppress 177
 #endif
 
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/attention_ds_mla_prefill.cuh"
-#include "cuda/attention_ds_mla_qk.cuh"
-#include "cuda/cuda_utils.h"
-#include "cuda/mma_ptx.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/grid_launch.cuh"
+#include "cuda/attention/pairs_common.cuh"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/sm90_common.cuh"
+#include "cuda/attention/sm90_kernels.h"
+#include "cuda/attention/sm90_params.h"
 #include "sparse_swa/kv_cache.h"
 
-namespace sparse_swa::detail::ds_mla {
+namespace sparse_swa::detail::sm90 {
 namespace {
 
-constexpr int kBlockKeys = 64;
+using few_heads::kBlockKeys;
 constexpr int kStages = 3;
 constexpr int kFewThreads = 256;
 constexpr int kColBlock = kBlockKeys * 128;  // one [64 keys, 64 dims] sw128 column block
@@ -120,8 +122,8 @@ __device__ __forceinline__ void store_warp_columns(Value value, Op op, float* co
 // The bf16 row of key j of the item's list (entry idx), or nullptr (masked); entries < -1 or past
 // the cache are counted (one resolver thread a key).
 template <class L>
-__device__ __forceinline__ const uint8_t* row_of(const Args& a, const Cta<L>& c, int64_t j,
-                                                 int32_t idx) {
+__device__ __forceinline__ const uint8_t* row_of(const FewHeadsParams& a, const Cta<L>& c,
+                                                 int64_t j, int32_t idx) {
   if (idx == -1) return nullptr;
   const Segment& s = j < c.len0 ? a.seg0 : a.seg1;
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
@@ -135,7 +137,7 @@ __device__ __forceinline__ const uint8_t* row_of(const Args& a, const Cta<L>& c,
 // item's), then its blocks into the ring. Thread i < 4 of each 8-thread group (tid % 8) resolves
 // key i of the group's four keys and shares its row by a shuffle.
 template <int kN>
-__device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid,
+__device__ void few_heads_producer(const FewHeadsParams& a, Cta<FewHeadsLayout<kN>> c, int tid,
                                    const Bars& bars) {
   using L = FewHeadsLayout<kN>;
   const uint32_t items = static_cast<uint32_t>(launch_items(a));
@@ -143,8 +145,8 @@ __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int
   const int my_key = copy_key(tid, chunk & 3);  // the key this thread resolves (chunk < 4)
   uint32_t g = 0;                               // the CTA's blocks so far
   for (uint32_t item = blockIdx.x, seq = 0; item < items; item += gridDim.x, ++seq) {
-    start_prefill_cta<true>(a, c, item);
-    settle_prefill_cta<true>(a, c, kBlockKeys);
+    start_item<true>(a, c, item);
+    settle_item<true>(a, c, kBlockKeys);
     if (seq > 0) ptx::mbar_wait(bars.q_empty(), (seq - 1) & 1);
     // Q: [kN, 512] bf16, rows past the heads as zeros.
     for (int i = tid; i < kN * 64; i += 128) {
@@ -157,13 +159,12 @@ __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int
     }
     ptx::cp_async_mbar_arrive(bars.q_full());
     // Index entries one block ahead (four blocks ahead measured the same).
-    int32_t next =
-        chunk < 4 ? prefill_key_index(a, c, prefill_key(c.tile0, 0, kBlockKeys, my_key)) : -1;
+    int32_t next = chunk < 4 ? item_key_index(a, c, item_key(c.tile0, 0, kBlockKeys, my_key)) : -1;
     for (int b = 0; b < c.n; ++b, ++g) {
       const int s = static_cast<int>(g % kStages);
-      const int64_t j = prefill_key(c.tile0, b, kBlockKeys, my_key);
+      const int64_t j = item_key(c.tile0, b, kBlockKeys, my_key);
       const uint8_t* mine = chunk < 4 ? row_of(a, c, j, next) : nullptr;
-      if (chunk < 4) next = prefill_key_index(a, c, j + kBlockKeys);
+      if (chunk < 4) next = item_key_index(a, c, j + kBlockKeys);
       if (g >= kStages) ptx::mbar_wait(bars.empty(s), (g / kStages - 1) & 1);
       // The warp's 16 keys' validity: ballot bit 8 grp + i is key 16 w + 4 i + grp, stored as
       // bit 4 i + grp of the warp's word of the block's 64-bit mask.
@@ -204,7 +205,7 @@ __device__ void few_heads_producer(const Args& a, Cta<FewHeadsLayout<kN>> c, int
 // 16 (tid / 32) + lane / 4 + 8 hh (a key; for O^T a dim of the tile) and column 8 j + 2 (lane % 4)
 // + e (a head).
 template <int kN>
-__device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid,
+__device__ void few_heads_math(const FewHeadsParams& a, Cta<FewHeadsLayout<kN>> c, int tid,
                                const Bars& bars) {
   using L = FewHeadsLayout<kN>;
   constexpr int kJ = kN / 8;  // n-tiles
@@ -216,8 +217,8 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
   float* red = reinterpret_cast<float*>(c.base + L::kRedOff);  // [2][4][kN]
   uint32_t g = 0;
   for (uint32_t item = blockIdx.x, seq = 0; item < items; item += gridDim.x, ++seq) {
-    start_prefill_cta<true>(a, c, item);
-    settle_prefill_cta<true>(a, c, kBlockKeys);
+    start_item<true>(a, c, item);
+    settle_item<true>(a, c, kBlockKeys);
     float o[8][kN / 2];
 #pragma unroll
     for (int d = 0; d < 8; ++d) {
@@ -370,7 +371,7 @@ __device__ void few_heads_math(const Args& a, Cta<FewHeadsLayout<kN>> c, int tid
 
 template <int kN>
 __global__ void __launch_bounds__(kFewThreads, 1)
-    ds_mla_prefill_few_heads_kernel(const __grid_constant__ Args a) {
+    sm90_few_heads_kernel(const __grid_constant__ FewHeadsParams a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = FewHeadsLayout<kN>;
   extern __shared__ uint8_t smem_raw[];
@@ -399,18 +400,19 @@ __global__ void __launch_bounds__(kFewThreads, 1)
 }
 
 template <int kN>
-Status launch_few(Args& a, cudaStream_t stream) {
-  // Never cluster-merged (DsMlaPlan::few_heads: unsplit, or the last wave's slices through the
-  // merge kernel), so the CTAs walk items, or take one each.
-  return launch_prefill_grid<ds_mla_prefill_few_heads_kernel<kN>, true, kFewThreads>(
-      a, FewHeadsLayout<kN>::kSmem, stream);
+Status launch_few(const FewHeadsParams& a, unsigned max_ctas, cudaStream_t stream) {
+  // Never cluster-merged (unsplit, or the last wave's slices through the merge kernel), so the
+  // CTAs walk items, or take one each.
+  return launch_item_grid<sm90_few_heads_kernel<kN>>(a, FewHeadsLayout<kN>::kSmem, kFewThreads,
+                                                     max_ctas, 0, stream);
 }
 
 }  // namespace
 
-Status launch_prefill_few_heads(Args& a, cudaStream_t stream) {
-  static_assert(kFewHeads == 16, "kN = 8 or 16 columns cover the plan's heads");
-  return a.num_heads <= 8 ? launch_few<8>(a, stream) : launch_few<16>(a, stream);
+Status launch_sm90_few_heads(const FewHeadsParams& a, unsigned max_ctas, cudaStream_t stream) {
+  static_assert(few_heads::kMaxHeads == 16, "kN = 8 or 16 columns cover the plan's heads");
+  return a.num_heads <= 8 ? launch_few<8>(a, max_ctas, stream)
+                          : launch_few<16>(a, max_ctas, stream);
 }
 
-}  // namespace sparse_swa::detail::ds_mla
+}  // namespace sparse_swa::detail::sm90

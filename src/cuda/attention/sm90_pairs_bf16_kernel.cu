@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The prefill kernel of the tensor-core attention on bf16 caches (attention_ds_mla.cu chooses it
-// as for fp8_ds_mla caches; docs/design.md#attention-kernels). sm_90a only; semantics and precision
-// as the fp8_ds_mla prefill kernel's (attention_ds_mla_prefill_fp8.cu): P rounded to bf16 once.
+// The pair kernel on bf16 rows: bf16 caches, or fp8_ds_mla keys decoded into the workspace
+// (docs/design.md#attention-kernels). sm_90a only; semantics and precision as the fp8_ds_mla pair
+// kernel's (sm90_pairs_fp8_kernel.cu): P rounded to bf16 once.
 //
 // One item = one query token x a group of up to 64 heads x its key list (or, split, a slice of
-// whole pairs: start_prefill_cta), walked in blocks of 64 keys, two at a time (pair p = blocks 2p
+// whole pairs: start_item), walked in blocks of 64 keys, two at a time (pair p = blocks 2p
 // and 2p + 1), by three warpgroups:
 //   math w (warpgroups 0, 1)  S = Q K^T of block 2p + w (wgmma m64n64k16, Q and K in shared
 //       memory), P_w = 2^(S - max) in bf16, then O_w (dims 256 w + [0, 256) of the 64 rows) +=
@@ -25,7 +25,7 @@
 // launch, one CTA per item), and the next item's prologue overlaps this one's end: the producer
 // goes on to the next item's index entries and keys as soon as it has issued this item's last
 // fills, and loads its Q once both math warpgroups have done their last QK step; the rows go out
-// through places that neither Q nor the key buffers use (Bf16PrefillLayout::rows_stage). The
+// through places that neither Q nor the key buffers use (PairsBf16Layout::rows_stage). The
 // barriers' phases count the CTA's pairs over all its items.
 #include <cuda_runtime.h>
 
@@ -35,40 +35,42 @@
 #pragma nv_diag_suppress 177
 #endif
 
-#include "cuda/attention_ds_mla_layout.cuh"
-#include "cuda/attention_ds_mla_prefill.cuh"
-#include "cuda/attention_ds_mla_pv.cuh"
-#include "cuda/attention_ds_mla_qk.cuh"
-#include "cuda/cuda_utils.h"
-#include "cuda/mma_ptx.cuh"
+#include "attention/sm90_shapes.h"
+#include "cuda/attention/grid_launch.cuh"
+#include "cuda/attention/pairs_common.cuh"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/rows_out.cuh"
+#include "cuda/attention/sm90_common.cuh"
+#include "cuda/attention/sm90_kernels.h"
+#include "cuda/attention/sm90_params.h"
 #include "sparse_swa/kv_cache.h"
 
-namespace sparse_swa::detail::ds_mla {
+namespace sparse_swa::detail::sm90 {
 namespace {
 
-constexpr int kKeys = 64;
+using pairs_bf16::kBlockKeys;
 // setmaxnreg: 168 registers at entry (384 threads), moved from the producer (cp.async needs few)
 // to the math threads.
 constexpr int kMathRegs = 224, kProducerRegs = 56;
 static_assert(2 * kMathRegs + kProducerRegs == 3 * 168);
 
 // Shared memory, in bytes from a 1024-aligned base (Q at kQOff as in the other kernels).
-struct Bf16PrefillLayout {
-  static constexpr bool kQueryGroups = false;             // never given a query group
-  static constexpr bool kSplitKeys = true;                // split or not at run time
-  static constexpr int kBufBytes = kKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
-  static constexpr int kColBlock = kKeys * 128;           // one [64, 64 dims] column block
-  static constexpr int kKOff = kQOff + kQBytes;           // buffers 0, 1
-  static constexpr int kPBytes = kGroupHeads * 128;       // [64 heads, 64 keys] bf16, swizzled
-  static constexpr int kPOff = kKOff + 2 * kBufBytes;     // P of warpgroup 0, 1
-  static constexpr int kMaxOff = kPOff + 2 * kPBytes;     // [2][64] fp32: warpgroup 0's max, pair's
-  static constexpr int kSumOff = kMaxOff + 2 * kGroupHeads * 4;  // [2][64] fp32 row sums
-  // [2][64] fp32 row sums with the rounding of each block's largest P (finish_prefill_rows), in
+struct PairsBf16Layout {
+  static constexpr bool kQueryGroups = false;                  // never given a query group
+  static constexpr bool kSplitKeys = true;                     // split or not at run time
+  static constexpr int kBufBytes = kBlockKeys * kHeadDim * 2;  // [64 keys, 512] bf16, swizzled
+  static constexpr int kColBlock = kBlockKeys * 128;           // one [64, 64 dims] column block
+  static constexpr int kKOff = kQOff + kQBytes;                // buffers 0, 1
+  static constexpr int kPBytes = kHeadGroup * 128;             // [64 heads, 64 keys] bf16, swizzled
+  static constexpr int kPOff = kKOff + 2 * kBufBytes;          // P of warpgroup 0, 1
+  static constexpr int kMaxOff = kPOff + 2 * kPBytes;  // [2][64] fp32: warpgroup 0's max, pair's
+  static constexpr int kSumOff = kMaxOff + 2 * kHeadGroup * 4;  // [2][64] fp32 row sums
+  // [2][64] fp32 row sums with the rounding of each block's largest P (finish_pair_rows), in
   // the maxima's place at an item's end: each warpgroup's maxima were last read before the
   // other's P handoff, which it waited for before its last P V.
   static constexpr int kRoundedSumOff = kMaxOff;
-  static constexpr int kMlOff = kSumOff + 2 * kGroupHeads * 4;  // [64] (max, sum), row_out's
-  static constexpr int kMaskOff = kMlOff + kGroupHeads * 8;     // [2] uint64 valid-key masks
+  static constexpr int kMlOff = kSumOff + 2 * kHeadGroup * 4;  // [64] (max, sum), row_out's
+  static constexpr int kMaskOff = kMlOff + kHeadGroup * 8;     // [2] uint64 valid-key masks
   // mbarriers: ready[buf][half] x 4, free[buf][half] x 4, the handoffs between the math
   // warpgroups (kMax0, kMax1, kP0, kP1), then Q's arrival and Q's release.
   static constexpr int kBarOff = kMaskOff + 16;
@@ -80,7 +82,7 @@ struct Bf16PrefillLayout {
   static_assert(kSmem <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
   static_assert(kKOff % 1024 == 0 && kPOff % 1024 == 0 && kPBytes * 2 == 16384);
 };
-using BL = Bf16PrefillLayout;
+using BL = PairsBf16Layout;
 
 // Ready: the half's copies have landed (128 producer arrivals; the half that carries the block's
 // mask also its 4 warps' mask stores). Free: the warpgroup that reads it last is done (128).
@@ -102,25 +104,26 @@ __device__ __forceinline__ uint32_t q_free_bar(const Cta<BL>& c) {
 
 // The items (token x head group x split) a launch covers; CTA blockIdx.x takes items blockIdx.x,
 // + gridDim.x, ... in turn.
-__device__ __forceinline__ uint32_t item_count(const Args& a) {
+__device__ __forceinline__ uint32_t item_count(const PairsBf16Params& a) {
   return static_cast<uint32_t>(launch_items(a));
 }
 
 // The index entry of key `key` of block b, or -1.
-__device__ __forceinline__ int32_t key_index(const Args& a, const Cta<BL>& c, int b, int key) {
-  return prefill_key_index(a, c, prefill_key(c.tile0, b, kKeys, key));
+__device__ __forceinline__ int32_t key_index(const PairsBf16Params& a, const Cta<BL>& c, int b,
+                                             int key) {
+  return item_key_index(a, c, item_key(c.tile0, b, kBlockKeys, key));
 }
 
 // The segment (SWA or extra) that key `key` of block b belongs to.
-__device__ __forceinline__ const Segment& key_segment(const Args& a, const Cta<BL>& c, int b,
-                                                      int key) {
-  return prefill_key(c.tile0, b, kKeys, key) < c.len0 ? a.seg0 : a.seg1;
+__device__ __forceinline__ const Segment& key_segment(const PairsBf16Params& a, const Cta<BL>& c,
+                                                      int b, int key) {
+  return item_key(c.tile0, b, kBlockKeys, key) < c.len0 ? a.seg0 : a.seg1;
 }
 
 // The bf16 row of that key, or nullptr (masked); entries < -1 or past the cache are counted (by
 // head group 0; one thread resolves each key).
-__device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& c, int b, int key,
-                                                  int32_t idx) {
+__device__ __forceinline__ const uint8_t* key_row(const PairsBf16Params& a, const Cta<BL>& c, int b,
+                                                  int key, int32_t idx) {
   if (idx == -1) return nullptr;
   const Segment& s = key_segment(a, c, b, key);
   if (idx >= 0 && static_cast<uint32_t>(idx) < s.num_slots) {
@@ -132,12 +135,12 @@ __device__ __forceinline__ const uint8_t* key_row(const Args& a, const Cta<BL>& 
 
 // Asks L2 for the bf16 row of key `key` of block b (index entry idx) when the CTAs of other head
 // groups copy the same rows; masked or out-of-range entries ask nothing.
-__device__ __forceinline__ void prefetch_key_row(const Args& a, const Cta<BL>& c, int b, int key,
-                                                 int32_t idx) {
+__device__ __forceinline__ void prefetch_key_row(const PairsBf16Params& a, const Cta<BL>& c, int b,
+                                                 int key, int32_t idx) {
   if (idx < 0) return;
   const Segment& s = key_segment(a, c, b, key);
   if (static_cast<uint32_t>(idx) >= s.num_slots) return;
-  ptx::bulk_prefetch_l2(bf16_slot_row(s, static_cast<uint32_t>(idx)), kBf16TokenBytes);
+  ptx::bulk_prefetch_l2(bf16_slot_row(s, static_cast<uint32_t>(idx)), kBf16RowBytes);
 }
 
 // A pair's keys as a producer thread copies them: rows[w][i] = key copy_key(tid, i) of block
@@ -151,12 +154,12 @@ struct PairKeys {
 // Half `half` of block 2 p + buf into buffer buf (zeros for masked keys); the copies arrive on
 // ready(buf, half) when they land. The first half of a buffer also carries the block's valid
 // mask (one lane per warp arrives).
-__device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int buf, int half,
-                                          const PairKeys& k, bool with_mask, int tid) {
+__device__ __forceinline__ void fill_half(const Cta<BL>& c, int buf, int half, const PairKeys& k,
+                                          bool with_mask, int tid) {
   const int chunk = tid & 7, group = (tid >> 3) & 3;
   const uint32_t dst = c.sbase + BL::kKOff + buf * BL::kBufBytes + 4 * half * BL::kColBlock;
 #pragma unroll
-  for (int i = 0; i < 4 && !(kDecodeAblations && (a.ablate & kAblateProducer)); ++i) {
+  for (int i = 0; i < 4; ++i) {
     const int key = copy_key(tid, i);
     const bool valid = (k.valid >> (8 * group + 4 * buf + i)) & 1u;
     const uint8_t* src = k.rows[buf][i] + half * 512 + chunk * 16;
@@ -190,13 +193,13 @@ __device__ __forceinline__ void fill_half(const Args& a, const Cta<BL>& c, int b
 __device__ __forceinline__ int key_mine(int tid) { return copy_key(tid, tid & 3); }
 // One item's fills: pair p of the item is the CTA's pair pair0 + p (the barriers' phases).
 // early: early_key_index of the thread's key of pair 0.
-__device__ __forceinline__ void prefill_producer_item(const Args& a, const Cta<BL>& c, int tid,
-                                                      int32_t early, uint32_t pair0) {
+__device__ __forceinline__ void producer_item(const PairsBf16Params& a, const Cta<BL>& c, int tid,
+                                              int32_t early, uint32_t pair0) {
   const int pairs = (c.n + 1) / 2;
   const int mine_w = (tid >> 2) & 1, mine_key = key_mine(tid);
   const int group_lane0 = tid & 24;  // the group's first lane in the warp
   PairKeys k;
-  int32_t next = first_key_index(a, c, prefill_key(c.tile0, mine_w, kKeys, mine_key), early);
+  int32_t next = first_key_index(a, c, item_key(c.tile0, mine_w, kBlockKeys, mine_key), early);
   for (int p = 0; p < pairs; ++p) {
     const uint32_t g = pair0 + p;
     const uint32_t parity = (g - 1) & 1;  // the phase pair g - 1's frees completed
@@ -214,15 +217,15 @@ __device__ __forceinline__ void prefill_producer_item(const Args& a, const Cta<B
     }
     // B0.L, B1.R (freed by their own warpgroup's P V), then B0.R, B1.L (by the other's).
     if (g > 0) ptx::mbar_wait(free_bar(c, 0, 0), parity);
-    fill_half(a, c, 0, 0, k, true, tid);
+    fill_half(c, 0, 0, k, true, tid);
     if (g > 0) ptx::mbar_wait(free_bar(c, 1, 1), parity);
-    fill_half(a, c, 1, 1, k, true, tid);
+    fill_half(c, 1, 1, k, true, tid);
     if (g > 0) ptx::mbar_wait(free_bar(c, 0, 1), parity);
-    fill_half(a, c, 0, 1, k, false, tid);
+    fill_half(c, 0, 1, k, false, tid);
     if (g > 0) ptx::mbar_wait(free_bar(c, 1, 0), parity);
-    fill_half(a, c, 1, 0, k, false, tid);
+    fill_half(c, 1, 0, k, false, tid);
     // Where head groups share the rows (over 64 heads), the next pair's rows into L2: the CTA
-    // that comes later finds them there (bench/README.md#variant-log, runs 150-151).
+    // that comes later finds them there.
     if (a.groups > 1 && p + 1 < pairs) prefetch_key_row(a, c, 2 * p + 2 + mine_w, mine_key, next);
   }
 }
@@ -230,22 +233,22 @@ __device__ __forceinline__ void prefill_producer_item(const Args& a, const Cta<B
 // Walks the CTA's items; after an item's last fills it issues the next item's Q (once the math
 // warpgroups release Q) and goes on to that item's keys. early: early_key_index of the thread's
 // key of the first item's pair 0 (issued before the lens were known).
-__device__ void prefill_producer(const Args& a, Cta<BL> c, int tid, int32_t early) {
+__device__ void pairs_bf16_producer(const PairsBf16Params& a, Cta<BL> c, int tid, int32_t early) {
   const uint32_t items = item_count(a);
   uint32_t pair0 = 0;  // pairs of the CTA's earlier items
   for (uint32_t item = blockIdx.x, seq = 0;;) {
-    prefill_producer_item(a, c, tid, early, pair0);
+    producer_item(a, c, tid, early, pair0);
     pair0 += (c.n + 1) / 2;
     item += gridDim.x;
     ++seq;
     if (item >= items) break;
-    start_prefill_cta<true>(a, c, item);
-    early = early_key_index(a, c, prefill_key(0, (tid >> 2) & 1, kKeys, key_mine(tid)));
+    start_item<true>(a, c, item);
+    early = early_key_index(a, c, item_key(0, (tid >> 2) & 1, kBlockKeys, key_mine(tid)));
     if (tid == 0) {
       ptx::mbar_wait(q_free_bar(c), (seq - 1) & 1);
       start_q_load(a, c, q_bar(c));
     }
-    settle_prefill_cta<true>(a, c, kKeys);
+    settle_item<true>(a, c, kBlockKeys);
   }
   ptx::cp_async_wait<0>();
 }
@@ -257,7 +260,7 @@ __device__ __forceinline__ void qk_half(float (&s)[32], uint64_t q_desc, uint64_
   for (int step = 0; step < 16; ++step) {
     const int cb = 4 * half + (step >> 2);  // column block
     const uint32_t inner = (step & 3) * 32;
-    const uint64_t da = ptx::desc_advance(q_desc, cb * (kGroupHeads * 128) + inner);
+    const uint64_t da = ptx::desc_advance(q_desc, cb * (kHeadGroup * 128) + inner);
     const uint64_t db = ptx::desc_advance(k_desc, cb * BL::kColBlock + inner);
     if (first && step == 0) {
       ptx::wgmma_m64n64k16_first(s, da, db);
@@ -290,7 +293,7 @@ __device__ __forceinline__ uint32_t handoff_bar(const Cta<BL>& c, int which) {
 // the item's pairs. Q is released (q_free_bar) after the item's last QK step, so that the next
 // item's Q lands while this one finishes.
 template <int w>
-__device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint32_t pair0) {
+__device__ uint32_t pair_math(const PairsBf16Params& a, const Cta<BL>& c, int tid, uint32_t pair0) {
   const int lane = tid & 31;
   const int row = 16 * (tid >> 5) + (lane >> 2);  // and row + 8
   float* maxes = reinterpret_cast<float*>(c.base + BL::kMaxOff);
@@ -397,7 +400,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       m_new[hh] = next_max(w == 0 ? m[hh] : maxes[row + 8 * hh], mx[hh]);
-      if ((lane & 3) == 0) maxes[w * kGroupHeads + row + 8 * hh] = m_new[hh];
+      if ((lane & 3) == 0) maxes[w * kHeadGroup + row + 8 * hh] = m_new[hh];
     }
     ptx::mbar_arrive(handoff_bar(c, w == 0 ? kMax0 : kMax1));
     float corr[2];
@@ -436,7 +439,7 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       float f[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const float mp = maxes[kGroupHeads + row + 8 * hh];
+        const float mp = maxes[kHeadGroup + row + 8 * hh];
         f[hh] = mp == -INFINITY ? 1.0f : fast_exp2(m[hh] - mp);
         m[hh] = mp;
         l[hh] *= f[hh];
@@ -476,39 +479,39 @@ __device__ uint32_t prefill_math(const Args& a, const Cta<BL>& c, int tid, uint3
       ptx::mbar_arrive(free_bar(c, 0, 1));  // block 0's half R: P_0 V_0 done
     }
   }
-  finish_prefill_rows(a, c, o, m, l, lr, w, row, lane, tid);
+  finish_pair_rows(a, c, o, m, l, lr, w, row, lane, tid);
   return end;
 }
 
 // Math warpgroup w over the CTA's items (the first one's Q already in).
 template <int w>
-__device__ void prefill_items(const Args& a, Cta<BL> c, int tid) {
+__device__ void math_items(const PairsBf16Params& a, Cta<BL> c, int tid) {
   const uint32_t items = item_count(a);
   uint32_t pair0 = 0;
   for (uint32_t item = blockIdx.x, seq = 0;;) {
-    pair0 = prefill_math<w>(a, c, tid, pair0);
+    pair0 = pair_math<w>(a, c, tid, pair0);
     item += gridDim.x;
     ++seq;
     if (item >= items) break;
-    start_prefill_cta<true>(a, c, item);
-    settle_prefill_cta<true>(a, c, kKeys);
+    start_item<true>(a, c, item);
+    settle_item<true>(a, c, kBlockKeys);
     ptx::mbar_wait(q_bar(c), seq & 1);
   }
 }
 
-__global__ void __launch_bounds__(kPrefillThreads, 1)
-    ds_mla_prefill_bf16_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(pairs::kThreads, 1)
+    sm90_pairs_bf16_kernel(const __grid_constant__ PairsBf16Params a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   Cta<BL> c;
   place_smem(c, smem_raw);
   const int tid = threadIdx.x;
-  start_prefill_cta<true>(a, c, blockIdx.x);
+  start_item<true>(a, c, blockIdx.x);
   // The producer's first index entry goes out with the lens, before the barrier (so that nothing
   // is scheduled to wait for the lens ahead of it).
   const int pt = tid - 256;  // producer thread
   const int32_t early =
-      pt >= 0 ? early_key_index(a, c, prefill_key(0, (pt >> 2) & 1, kKeys, key_mine(pt))) : -1;
+      pt >= 0 ? early_key_index(a, c, item_key(0, (pt >> 2) & 1, kBlockKeys, key_mine(pt))) : -1;
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int h = 0; h < 2; ++h) {
@@ -524,10 +527,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   }
   __syncthreads();
   if (tid == 0) start_q_load(a, c, q_bar(c));
-  settle_prefill_cta<true>(a, c, kKeys);
-  run_prefill_roles<kMathRegs, kProducerRegs>(
-      a, c, tid, [&](int t) { prefill_producer(a, c, t, early); },
-      [&](auto w, int t) { prefill_items<decltype(w)::value>(a, c, t); }, q_bar(c));
+  settle_item<true>(a, c, kBlockKeys);
+  run_pair_roles<kMathRegs, kProducerRegs>(
+      a, c, tid, [&](int t) { pairs_bf16_producer(a, c, t, early); },
+      [&](auto w, int t) { math_items<decltype(w)::value>(a, c, t); }, q_bar(c));
 #else
   (void)a;  // sm_90a only
 #endif
@@ -535,8 +538,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
 
 }  // namespace
 
-Status launch_prefill_bf16(Args& a, cudaStream_t stream) {
-  return launch_prefill_grid<ds_mla_prefill_bf16_kernel, true>(a, BL::kSmem, stream);
+Status launch_sm90_pairs_bf16(const PairsBf16Params& a, unsigned max_ctas, cudaStream_t stream) {
+  return launch_item_grid<sm90_pairs_bf16_kernel>(a, BL::kSmem, pairs::kThreads, max_ctas,
+                                                  a.cluster_merge ? a.splits : 0, stream);
 }
 
-}  // namespace sparse_swa::detail::ds_mla
+bool sm90_pairs_bf16_clusters_fit(int splits) {
+  return clusters_fit<sm90_pairs_bf16_kernel>(splits, BL::kSmem);
+}
+
+}  // namespace sparse_swa::detail::sm90
