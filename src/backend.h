@@ -57,8 +57,11 @@ class BuilderRows {
   // window inside the block table) and writes nothing on an error; the CUDA kernel flags such
   // rows (take_device_error).
   virtual Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) = 0;
-  // update_draft_decode_rows: the first last.num_decode_tokens decode rows as causal rows with
-  // the logical window W, with the build's token mapping and validity. Checked as write_rows.
+  // update_draft_decode_rows: validity of every token from the batch's slot_mapping, the first
+  // last.num_decode_tokens tokens' requests from its query_start_loc (padding: the last request),
+  // and their rows in the build's mode (causal rows of the logical window W with the build's
+  // replay_start, or DSpark non-causal rows), plus the build's FlashInfer lens if it wrote them.
+  // Checked as write_rows.
   virtual Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) = 0;
   virtual Status take_device_error() = 0;
   // The stream later calls enqueue on (CUDA; the CPU ignores it).

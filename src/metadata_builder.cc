@@ -26,7 +26,6 @@ struct BuilderHost {
   OwnedBuffers owned;
   // The last build, kept where the caller cannot write it.
   DraftUpdateRecord last_build;
-  std::vector<int32_t> build_query_start_loc;  // [max_seqs + 1]
 };
 
 Status poison_cuda_builder_outputs(MetadataBuilder* builder, uint8_t byte) {
@@ -81,14 +80,13 @@ StatusOr<std::unique_ptr<MetadataBuilder>> MetadataBuilder::create(const Builder
     auto host = std::make_unique<detail::BuilderHost>();
     const size_t max_tokens = static_cast<size_t>(config.max_num_batched_tokens);
     const size_t max_seqs = static_cast<size_t>(config.max_num_seqs);
-    if (config.max_image_tokens > 0) {
+    if (derived.widens_images) {
       host->span_indptr.assign(max_seqs + 1, 0);
       host->span_starts.assign(max_tokens, 0);
       host->span_ends.assign(max_tokens, 0);
     }
     host->prefill_seq_lens.assign(max_seqs, 0);
     host->prefill_query_lens.assign(max_seqs, 0);
-    host->build_query_start_loc.assign(max_seqs + 1, 0);
     builder->rows_->add_owned_buffers(&host->owned);
     host->owned.add(host->prefill_seq_lens.data(), sizeof(int32_t) * max_seqs,
                     "prefill_seq_lens_host");
@@ -115,11 +113,14 @@ Status MetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
       detail::check_batch(config_, derived_, b, /*arrays_on_host=*/!on_device, &plan.split));
   detail::SpanCsr spans{h.span_indptr.data(), h.span_starts.data(), h.span_ends.data(),
                         config_.max_num_batched_tokens, 0};
-  SPARSE_SWA_RETURN_IF_ERROR(detail::build_span_csr(b.image_spans, detail::host_seq_lens(b),
-                                                    config_.max_image_tokens, &spans));
+  // A builder that does not widen ignores the spans: neither read nor checked
+  // (docs/semantics.md#image-widening-switch).
+  if (config_.widen_image_spans) {
+    SPARSE_SWA_RETURN_IF_ERROR(detail::build_span_csr(b.image_spans, detail::host_seq_lens(b),
+                                                      config_.max_image_tokens, &spans));
+  }
   plan.spans = &spans;
-  plan.with_image =
-      config_.max_image_tokens > 0 && plan.split.num_prefill_tokens > 0 && spans.count > 0;
+  plan.with_image = derived_.widens_images && plan.split.num_prefill_tokens > 0 && spans.count > 0;
   plan.decode_width = b.causal ? config_.window_size : derived_.noncausal_index_width;
 
   SwaMetadata md =
@@ -132,16 +133,14 @@ Status MetadataBuilder::build(const BatchInput& b, SwaMetadata* out) {
                                  h.prefill_query_lens.data());
   md.prefill_seq_lens_host = {h.prefill_seq_lens.data(), rp};
   md.prefill_query_lens_host = {h.prefill_query_lens.data(), rp};
-  const auto qsl = detail::host_query_start_loc(b);
-  std::copy(qsl.begin(), qsl.end(), h.build_query_start_loc.begin());
   h.last_build = {.decode_rows = md.decode_swa.data,
                   .decode_lens = md.decode_swa.lens,
                   .decode_width = md.decode_swa.width,
+                  .noncausal = !b.causal,
                   .num_reqs = b.num_reqs(),
                   .num_tokens = b.num_tokens(),
                   .num_decodes = plan.split.num_decodes,
-                  .num_decode_tokens = plan.split.num_decode_tokens,
-                  .query_start_loc = {h.build_query_start_loc.data(), qsl.size()}};
+                  .num_decode_tokens = plan.split.num_decode_tokens};
   *out = md;
   return Status::Ok();
 }
@@ -151,11 +150,9 @@ Status MetadataBuilder::update_draft_decode_rows(const BatchInput& b, SwaMetadat
   const bool on_device = backend_ == Backend::kCuda;
   SPARSE_SWA_RETURN_IF_ERROR(
       detail::check_draft_update_target(md, h.last_build, space_of(backend_), b));
-  if (on_device) SPARSE_SWA_RETURN_IF_ERROR(check_host_copies_given(b));
   SPARSE_SWA_RETURN_IF_ERROR(detail::check_batch_outside(b, h.owned));
   SPARSE_SWA_RETURN_IF_ERROR(
-      detail::check_batch(config_, derived_, b, /*arrays_on_host=*/!on_device));
-  SPARSE_SWA_RETURN_IF_ERROR(detail::check_draft_update_spans(h.last_build, b));
+      detail::check_draft_update_batch(config_, derived_, b, /*arrays_on_host=*/!on_device));
   if (h.last_build.num_decode_tokens == 0) return Status::Ok();
   SPARSE_SWA_RETURN_IF_ERROR(rows_->update_decode_rows(b, h.last_build));
   md->tile_schedulers = derived_.layer_types;

@@ -44,22 +44,24 @@ class MetadataBuilder {
   // persistent buffers. Allocates nothing; buffer addresses are the same on every step.
   Status build(const BatchInput& batch, SwaMetadata* out);
 
-  // The reference's update_draft_decode_metadata: after seq_lens (and possibly block_table)
-  // advanced in place, recompute the first Td causal decode rows of `md` (from the last build)
-  // with the logical window W, never the row width. `md` must be the last build's metadata as
-  // returned (its counts and views unedited) and `batch` must have that build's shape and spans
-  // (query_start_loc equal to the build's, element by element); the batch is checked as in
-  // build(). Token mapping and validity are the build's, from the builder's own copies: writes
-  // to the exported token_to_req_indices / is_valid_token change neither
-  // (docs/semantics.md#draft-update).
+  // The reference's update_draft_decode_metadata, between the draft loop's steps: after the
+  // engine advanced seq_lens (and possibly block_table, slot_mapping, query_start_loc) in place,
+  // rewrite is_valid_token of every token from slot_mapping, token_to_req_indices of the first Td
+  // tokens from query_start_loc (CUDA-graph padding tokens: the last request), and those Td
+  // decode rows in the build's mode (causal rows of the logical window W, never the row width,
+  // with the build's replay_start; or DSpark non-causal rows), plus the FlashInfer decode lens
+  // when the build wrote them. `md` must be the last build's metadata as returned (its counts and
+  // views unedited) and `batch` must have that build's shape (requests, tokens). The arrays are
+  // authoritative: the host copies are not read (only their lengths checked; they may still hold
+  // the build's values or be left out), nor is batch.replay_start (docs/semantics.md#draft-update).
   Status update_draft_decode_rows(const BatchInput& batch, SwaMetadata* md);
 
   // CUDA backend: the device arrays cannot be read on the host without a sync, so build()
   // checks the host copies and the kernel re-checks each row against the device arrays. A row
   // whose device inputs disagree (seq_len below its query length, a block outside the table,
-  // a negative block id, an int32 slot overflow, a padding token with a real slot, a draft
-  // update's query_start_loc whose spans differ from the build's) is written as invalid (lens 0,
-  // all -1) and recorded. This call synchronises the builder's stream and returns (and clears)
+  // a negative block id, an int32 slot overflow, a padding token with a real slot, a
+  // replay_start outside [0, seq_len - query_len]) is written as invalid (lens 0, all -1) and
+  // recorded. This call synchronises the builder's stream and returns (and clears)
   // that record. The CPU backend checks everything in build(): always Ok
   // (docs/design.md#the-device-error-word).
   Status take_device_error();

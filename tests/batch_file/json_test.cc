@@ -432,7 +432,7 @@ TEST(BatchJsonParse, UnknownFieldsAreErrorsNamingTheNearestKey) {
       {"config", "vision_n_layers", "config: unknown field \"vision_n_layers\" (expected one of "},
       {"batch", "slot_maping",
        "batch: unknown field \"slot_maping\" (did you mean \"slot_mapping\"? expected one of "
-       "query_start_loc, seq_lens, block_table, slot_mapping, causal, image_spans)"},
+       "query_start_loc, seq_lens, block_table, slot_mapping, causal, image_spans, replay_start)"},
       {"chunk", "chunksize",
        "chunk_plan_requests[0]: unknown field \"chunksize\" (did you mean \"chunk_size\"?"},
   };
@@ -447,8 +447,8 @@ TEST(BatchJsonParse, UnknownFieldsAreErrorsNamingTheNearestKey) {
   Json doc = base_doc();
   doc["config"][std::string(500, 'k')] = 1;
   auto file = parse_batch_file(doc.dump());
-  EXPECT_TRUE(testing::IsInvalidArgument(file.status(),
-                                         {"(truncated) (expected one of", "compress_ratios)"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      file.status(), {"(truncated) (expected one of", "flashinfer_decode_lens, compress_ratios)"}));
 }
 
 TEST(BatchJsonParse, ImageSpansSortedByRequestThenFileOrder) {
