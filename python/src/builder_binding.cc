@@ -53,13 +53,26 @@ class PyMetadataBuilder {
   }
 
   PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
-                   nb::handle stream) {
+                   nb::handle replay_start, nb::handle stream) {
     const ImportedBatch batch = import_batch(objects);
     BackendState& b = backend_at(batch.place);
     use_stream(b, batch, objects, stream);
     spans_ = image_spans_from_python(image_spans);
     BatchInput input = batch.input;
     input.image_spans = spans_;
+    // Kept alive until the build returns: the builder copies it into its own buffer.
+    InputArray replay;
+    if (!replay_start.is_none()) {
+      replay = import_array(replay_start, "replay_start");
+      expect_place(replay, "replay_start", batch.place, "like query_start_loc");
+      input.replay_start = int32_vector(replay, "replay_start");
+      if (input.replay_start.size() != input.seq_lens.size()) {
+        // An empty array would read as "not given": name the length here.
+        raise_value_error(str_cat("replay_start: expected num_reqs = ", input.seq_lens.size(),
+                                  " entries (one per request; None for no replay), got ",
+                                  input.replay_start.size()));
+      }
+    }
 
     PyMetadata out;
     throw_if_error(argument_names(b.impl->build(input, &out.md)));
@@ -234,18 +247,18 @@ void bind_builder(nb::module_& m) {
           "build",
           [](nb::handle self, nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
              nb::handle causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu,
-             nb::handle stream) {
+             nb::handle replay_start, nb::handle stream) {
             PyMetadataBuilder& b = nb::cast<PyMetadataBuilder&>(self);
             return b.build(self,
                            batch_objects(qsl, seq, bt, slots, bool_from_python(causal, "causal"),
                                          qsl_cpu, seq_cpu),
-                           image_spans, stream);
+                           image_spans, replay_start, stream);
           },
           nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
-          nb::kw_only(), nb::arg("stream") = nb::none(),
+          nb::kw_only(), nb::arg("replay_start") = nb::none(), nb::arg("stream") = nb::none(),
           "Builds one step's metadata (decode requests first, as the scheduler orders them).\n\n"
           "query_start_loc: [num_reqs + 1] int32, 0 first, non-decreasing.\n"
           "seq_lens: [num_reqs] int32, context + query tokens after this step.\n"
@@ -255,6 +268,11 @@ void bind_builder(nb::module_& m) {
           "image_spans: {request index: [(start, end), ...]} inclusive absolute positions.\n"
           "query_start_loc_cpu, seq_lens_cpu: host int32 copies of the same lengths, or None;\n"
           "    required with cuda arrays.\n"
+          "replay_start: SWA bounded replay, [num_reqs] int32 beside the batch arrays (same\n"
+          "    device): the first position of each request with window KV, 0 <= replay_start[r]\n"
+          "    <= seq_lens[r] - query_len. Causal rows start no earlier and prefill gather lens\n"
+          "    shrink; DSpark non-causal rows ignore it. None = zeros (metadata.replay_start\n"
+          "    is then zeros).\n"
           "stream: the CUDA stream this build enqueues on: None = torch's current stream for\n"
           "    torch tensors, else the builder's cuda_stream; an int (cudaStream_t) or an object\n"
           "    with .cuda_stream or __cuda_stream__(). Ignored on the host.\n\n"
@@ -264,24 +282,31 @@ void bind_builder(nb::module_& m) {
           "The result's arrays alias this builder's buffers until its next build().")
       .def(
           "update_draft_decode_metadata",
-          [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt,
-             nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
+          [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt, nb::object slots,
+             nb::object qsl, nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
             PyMetadata& md = metadata_from(metadata);
             const BatchObjects& in = md.inputs;
             BatchObjects objects = batch_objects(
-                in.query_start_loc, or_default(seq, in.seq_lens), or_default(bt, in.block_table),
-                in.slot_mapping, in.causal, or_default(qsl_cpu, in.query_start_loc_cpu),
-                or_default(seq_cpu, in.seq_lens_cpu));
+                or_default(qsl, in.query_start_loc), or_default(seq, in.seq_lens),
+                or_default(bt, in.block_table), or_default(slots, in.slot_mapping), in.causal,
+                or_default(qsl_cpu, in.query_start_loc_cpu), or_default(seq_cpu, in.seq_lens_cpu));
             nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects), stream);
           },
           nb::arg("metadata").none(), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
-          nb::arg("block_table") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
+          nb::arg("block_table") = nb::none(), nb::arg("slot_mapping") = nb::none(),
+          nb::arg("query_start_loc") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
           nb::arg("seq_lens_cpu") = nb::none(), nb::arg("stream") = nb::none(),
-          "The reference's update_draft_decode_metadata: after the engine advanced seq_lens\n"
-          "(and possibly block_table) in place, recompute the metadata's decode rows as causal\n"
-          "rows of the logical window W (never the row width). Reads the arrays the metadata\n"
-          "was built from, or the ones given here (seq_lens_cpu is the host copy the CUDA\n"
-          "backend checks with). metadata must be this builder's last build().")
+          "The reference's update_draft_decode_metadata, between the draft loop's steps: after\n"
+          "the engine advanced the arrays in place, recompute is_valid_token from slot_mapping\n"
+          "(every token), token_to_req_indices of the decode tokens from query_start_loc\n"
+          "(padding tokens map to the last request), and the decode rows in the build's mode:\n"
+          "causal rows of the logical window W (never the row width) with the build's\n"
+          "replay_start, or DSpark non-causal rows for a non-causal build. The FlashInfer\n"
+          "decode lens are refreshed when the build wrote them. Each array is the one given\n"
+          "here or, for None, the one the metadata was built from. The arrays are\n"
+          "authoritative: the host copies (query_start_loc_cpu, seq_lens_cpu) are not read\n"
+          "and may still hold the build's values. metadata must be this builder's last\n"
+          "build().")
       .def(
           "update_draft_decode_rows",
           [](nb::handle self, nb::handle metadata, nb::object qsl, nb::object seq, nb::object bt,
@@ -295,18 +320,18 @@ void bind_builder(nb::module_& m) {
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
           nb::kw_only(), nb::arg("stream") = nb::none(),
-          "update_draft_decode_metadata with every batch array given explicitly.")
+          "update_draft_decode_metadata with the four batch arrays given explicitly.")
       .def_prop_ro(
           "config", [](const PyMetadataBuilder& b) { return b.config(); },
           "A copy of the BuilderConfig.")
       .def_prop_ro(
           "decode_threshold",
           [](const PyMetadataBuilder& b) { return b.derived().decode_threshold; },
-          "theta = 1 + (2 if parallel_drafting else 1) * k.")
+          "theta = 1 + k, plus k with parallel_drafting unless model_runner_v2.")
       .def_prop_ro(
           "prefill_index_width",
           [](const PyMetadataBuilder& b) { return b.derived().prefill_index_width; },
-          "W + max_image_tokens.")
+          "W + max_image_tokens when widen_image_spans, else W.")
       .def_prop_ro(
           "noncausal_index_width",
           [](const PyMetadataBuilder& b) { return b.derived().noncausal_index_width; },
