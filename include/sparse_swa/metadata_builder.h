@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "sparse_swa/batch.h"
 #include "sparse_swa/config.h"
@@ -22,7 +23,11 @@ namespace detail {
 class BuilderRows;        // the backend that writes the rows (src/backend.h)
 struct BuilderHost;       // the host buffers and the last build's record (metadata_builder.cc)
 struct BuilderInternals;  // tests' access to the backend's buffers (src/backend.h)
+struct RowsPlan;          // what a build writes, planned on the host (src/backend.h)
 }  // namespace detail
+
+// The most builders one build_groups() call takes.
+inline constexpr int kMaxBuildGroups = 8;
 
 class MetadataBuilder {
  public:
@@ -43,6 +48,17 @@ class MetadataBuilder {
   // Validates the batch (on error nothing is written), then fills `out` with views into the
   // persistent buffers. Allocates nothing; buffer addresses are the same on every step.
   Status build(const BatchInput& batch, SwaMetadata* out);
+
+  // One step's metadata for several KV-cache groups (their builders differ in window, block size
+  // or any other config field; their batches in block_table, slot_mapping, replay_start or any
+  // other array): out[g] is what builders[g]->build(batches[g], &out[g]) gives, bit for bit.
+  // Every group is checked before any is written (on error nothing is written), and CUDA
+  // builders write all groups in one kernel launch, on their common stream. The builders are
+  // distinct, of one backend, at most kMaxBuildGroups, and (CUDA) set to one stream; each keeps
+  // its own last build for its draft update and its own device error word
+  // (docs/design.md#one-build-for-several-groups).
+  static Status build_groups(std::span<MetadataBuilder* const> builders,
+                             std::span<const BatchInput> batches, std::span<SwaMetadata> out);
 
   // The reference's update_draft_decode_metadata, between the draft loop's steps: after the
   // engine advanced seq_lens (and possibly block_table, slot_mapping, query_start_loc) in place,
@@ -75,6 +91,10 @@ class MetadataBuilder {
  private:
   friend struct detail::BuilderInternals;
   MetadataBuilder(const BuilderConfig& config, const DerivedConfig& derived, Backend backend);
+  // build() in three steps, so that build_groups() can check every group before writing any:
+  // the host checks, the plan and the step's scalars; the backend's rows; the host records.
+  Status prepare_build(const BatchInput& batch, detail::RowsPlan* plan, SwaMetadata* md);
+  void finish_build(const BatchInput& batch, const detail::RowsPlan& plan, SwaMetadata* md);
 
   BuilderConfig config_;
   DerivedConfig derived_;

@@ -171,6 +171,24 @@ class MetadataBuilder:
     ) -> SwaMetadata:
         """replay_start: [num_reqs] int32 beside the arrays, 0 <= replay_start[r] <= the
         request's prefix (SWA bounded replay); None = zeros."""
+    @staticmethod
+    def build_groups(
+        builders: Sequence[MetadataBuilder],
+        query_start_loc: Array,
+        seq_lens: Array,
+        block_tables: Sequence[Array],
+        slot_mappings: Sequence[Array],
+        causal: bool = True,
+        image_spans: ImageSpans | None = None,
+        query_start_loc_cpu: Array | None = None,
+        seq_lens_cpu: Array | None = None,
+        *,
+        replay_starts: Sequence[Array | None] | None = None,
+        stream: Stream = None,
+    ) -> list[SwaMetadata]:
+        """Several KV-cache groups of one step: entry g is builders[g].build(...,
+        block_tables[g], slot_mappings[g], replay_start=replay_starts[g]); all checked before any
+        is written, one kernel launch on cuda arrays."""
     def update_draft_decode_metadata(
         self,
         metadata: SwaMetadata,

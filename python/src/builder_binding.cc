@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "batch_arrays.h"
@@ -28,6 +29,8 @@ Status argument_names(const Status& status) {
 }
 
 class PyMetadataBuilder {
+  struct BackendState;  // one backend's builder, its build count and stream (below)
+
  public:
   PyMetadataBuilder(nb::handle config, nb::handle device, nb::handle cuda_stream,
                     nb::object tile_sched_factory)
@@ -52,42 +55,64 @@ class PyMetadataBuilder {
     }
   }
 
-  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
-                   nb::handle replay_start, nb::handle stream) {
-    const ImportedBatch batch = import_batch(objects);
-    BackendState& b = backend_at(batch.place);
-    use_stream(b, batch, objects, stream);
+  // A build's arguments imported and checked, the backend chosen and on the call's stream.
+  struct PreparedBuild {
+    ImportedBatch batch;
+    BackendState* state = nullptr;
+    BatchInput input;
+    InputArray replay;  // kept alive until the build returns: the builder copies it
+    BatchObjects objects;
+  };
+
+  PreparedBuild prepare(BatchObjects objects, nb::handle image_spans, nb::handle replay_start,
+                        nb::handle stream, std::string_view replay_name = "replay_start") {
+    PreparedBuild p;
+    p.batch = import_batch(objects);
+    p.state = &backend_at(p.batch.place);
+    use_stream(*p.state, p.batch, objects, stream);
     spans_ = image_spans_from_python(image_spans);
-    BatchInput input = batch.input;
-    input.image_spans = spans_;
-    // Kept alive until the build returns: the builder copies it into its own buffer.
-    InputArray replay;
+    p.input = p.batch.input;
+    p.input.image_spans = spans_;
     if (!replay_start.is_none()) {
-      replay = import_array(replay_start, "replay_start");
-      expect_place(replay, "replay_start", batch.place, "like query_start_loc");
-      input.replay_start = int32_vector(replay, "replay_start");
-      if (input.replay_start.size() != input.seq_lens.size()) {
+      p.replay = import_array(replay_start, replay_name);
+      expect_place(p.replay, replay_name, p.batch.place, "like query_start_loc");
+      p.input.replay_start = int32_vector(p.replay, replay_name);
+      if (p.input.replay_start.size() != p.input.seq_lens.size()) {
         // An empty array would read as "not given": name the length here.
-        raise_value_error(str_cat("replay_start: expected num_reqs = ", input.seq_lens.size(),
+        raise_value_error(str_cat(replay_name, ": expected num_reqs = ", p.input.seq_lens.size(),
                                   " entries (one per request; None for no replay), got ",
-                                  input.replay_start.size()));
+                                  p.input.replay_start.size()));
       }
     }
+    p.objects = std::move(objects);
+    return p;
+  }
 
+  // The metadata of a prepared build that `md` now holds.
+  PyMetadata finish(nb::handle self, PreparedBuild& p, const SwaMetadata& md) {
+    BackendState& b = *p.state;
     PyMetadata out;
-    throw_if_error(argument_names(b.impl->build(input, &out.md)));
+    out.md = md;
     out.generation = ++*b.generation;
     out.backend_generation = b.generation;
     out.builder = nb::borrow(self);
     out.impl = b.impl.get();
     out.block_size = config_.block_size;
-    out.place = batch.place;
+    out.place = p.batch.place;
     out.cuda_stream = cuda_stream_;
-    out.device_framework = batch.device_framework;
-    out.host_framework = batch.host_framework;
-    out.inputs = std::move(objects);
+    out.device_framework = p.batch.device_framework;
+    out.host_framework = p.batch.host_framework;
+    out.inputs = std::move(p.objects);
     refresh_tile_sched(out);
     return out;
+  }
+
+  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
+                   nb::handle replay_start, nb::handle stream) {
+    PreparedBuild p = prepare(std::move(objects), image_spans, replay_start, stream);
+    SwaMetadata md;
+    throw_if_error(argument_names(p.state->impl->build(p.input, &md)));
+    return finish(self, p, md);
   }
 
   void update_draft(nb::handle self, PyMetadata& md, BatchObjects objects, nb::handle stream) {
@@ -218,6 +243,65 @@ nb::object or_default(nb::object given, const nb::object& fallback) {
   return given.is_none() ? fallback : given;
 }
 
+// The list argument `name` (a list or tuple) with n entries.
+nb::sequence list_of(nb::handle obj, const char* name, size_t n) {
+  if (!PyList_Check(obj.ptr()) && !PyTuple_Check(obj.ptr())) {
+    raise_value_error(str_cat(name, ": expected a list, got ", type_name_of(obj)));
+  }
+  if (nb::len(obj) != n) {
+    raise_value_error(
+        str_cat(name, ": expected one entry per builder (", n, "), got ", nb::len(obj)));
+  }
+  return nb::borrow<nb::sequence>(obj);
+}
+
+// MetadataBuilder.build_groups: every group's build, checked all before any is written, one
+// launch on the CUDA backend (docs/design.md#one-build-for-several-groups).
+nb::list build_groups(nb::handle builders, nb::object qsl, nb::object seq, nb::handle block_tables,
+                      nb::handle slot_mappings, nb::handle causal, nb::handle image_spans,
+                      nb::object qsl_cpu, nb::object seq_cpu, nb::handle replay_starts,
+                      nb::handle stream) {
+  if (!PyList_Check(builders.ptr()) && !PyTuple_Check(builders.ptr())) {
+    raise_value_error(
+        str_cat("builders: expected a list of MetadataBuilder, got ", type_name_of(builders)));
+  }
+  const size_t n = nb::len(builders);
+  if (n == 0 || n > static_cast<size_t>(kMaxBuildGroups)) {
+    raise_value_error(str_cat("builders: expected 1..", kMaxBuildGroups, " builders, got ", n));
+  }
+  const nb::sequence tables = list_of(block_tables, "block_tables", n);
+  const nb::sequence slots = list_of(slot_mappings, "slot_mappings", n);
+  const bool is_causal = bool_from_python(causal, "causal");
+  std::vector<PyMetadataBuilder*> py(n);
+  std::vector<nb::handle> selves(n);
+  for (size_t g = 0; g < n; ++g) {
+    selves[g] = builders[g];
+    if (!nb::isinstance<PyMetadataBuilder>(selves[g]) || !nb::inst_ready(selves[g])) {
+      raise_value_error(
+          str_cat("builders[", g, "]: expected a MetadataBuilder, got ", describe(selves[g])));
+    }
+    py[g] = &nb::cast<PyMetadataBuilder&>(selves[g]);
+  }
+  std::vector<PyMetadataBuilder::PreparedBuild> prepared;
+  prepared.reserve(n);
+  std::vector<MetadataBuilder*> impls(n);
+  std::vector<BatchInput> inputs(n);
+  for (size_t g = 0; g < n; ++g) {
+    nb::handle replay = nb::none();
+    if (!replay_starts.is_none()) replay = list_of(replay_starts, "replay_starts", n)[g];
+    prepared.push_back(
+        py[g]->prepare(batch_objects(qsl, seq, tables[g], slots[g], is_causal, qsl_cpu, seq_cpu),
+                       image_spans, replay, stream, str_cat("replay_starts[", g, "]")));
+    impls[g] = prepared[g].state->impl.get();
+    inputs[g] = prepared[g].input;
+  }
+  std::vector<SwaMetadata> mds(n);
+  throw_if_error(argument_names(MetadataBuilder::build_groups(impls, inputs, mds)));
+  nb::list out;
+  for (size_t g = 0; g < n; ++g) out.append(py[g]->finish(selves[g], prepared[g], mds[g]));
+  return out;
+}
+
 }  // namespace
 
 void bind_builder(nb::module_& m) {
@@ -280,6 +364,22 @@ void bind_builder(nb::module_& m) {
           "this build has none). Arrays are taken without copies: dtype, rank, layout and\n"
           "device mismatches raise ValueError naming the argument, as do invalid values.\n"
           "The result's arrays alias this builder's buffers until its next build().")
+      .def_static("build_groups", &build_groups, nb::arg("builders").none(),
+                  nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
+                  nb::arg("block_tables").none(), nb::arg("slot_mappings").none(),
+                  nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
+                  nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
+                  nb::kw_only(), nb::arg("replay_starts") = nb::none(),
+                  nb::arg("stream") = nb::none(),
+                  "One step's metadata for several KV-cache groups: a list whose entry g is\n"
+                  "builders[g].build(query_start_loc, seq_lens, block_tables[g],\n"
+                  "slot_mappings[g], ..., replay_start=replay_starts[g]), bit for bit. Every\n"
+                  "group is checked before any is written; on cuda arrays all groups are\n"
+                  "written by one kernel launch, on the call's stream. builders: 1..8 distinct\n"
+                  "MetadataBuilders (their configs may differ in window, block size, ...).\n"
+                  "block_tables, slot_mappings: one array per builder (the same object may\n"
+                  "repeat). replay_starts: None, or one array or None per builder. Each\n"
+                  "result belongs to its builder (builders[g].update_draft_decode_metadata).")
       .def(
           "update_draft_decode_metadata",
           [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt, nb::object slots,

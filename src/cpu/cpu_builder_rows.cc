@@ -19,9 +19,12 @@ class CpuBuilderRows final : public BuilderRows {
 
   void add_owned_buffers(OwnedBuffers* owned) const override;
   Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
+  Status write_rows_groups(std::span<BuilderRows* const> rows, std::span<const BatchInput> batches,
+                           std::span<const RowsPlan> plans, std::span<SwaMetadata> mds) override;
   Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
   Status take_device_error() override { return Status::Ok(); }
   void set_stream(void*) override {}
+  void* stream() const override { return nullptr; }
   Status poison(uint8_t) override { return Status::Ok(); }
 
  private:
@@ -309,6 +312,24 @@ Status CpuBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, Swa
   build_decode_rows_ = decode_rows;
   std::copy_n(replay_start_.data(), num_reqs, build_replay_start_.data());
   build_replay_given_ = replay != nullptr;
+  return Status::Ok();
+}
+
+Status CpuBuilderRows::write_rows_groups(std::span<BuilderRows* const> rows,
+                                         std::span<const BatchInput> batches,
+                                         std::span<const RowsPlan> plans,
+                                         std::span<SwaMetadata> mds) {
+  // Every row's backend is a CpuBuilderRows (build_groups checked the backends).
+  for (size_t g = 0; g < rows.size(); ++g) {
+    const Status checked =
+        static_cast<CpuBuilderRows*>(rows[g])->check_windows(batches[g], plans[g]);
+    if (!checked.ok()) {
+      return Status(checked.code(), str_cat("batches[", g, "]: ", checked.message()));
+    }
+  }
+  for (size_t g = 0; g < rows.size(); ++g) {
+    SPARSE_SWA_RETURN_IF_ERROR(rows[g]->write_rows(batches[g], plans[g], &mds[g]));
+  }
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "backend.h"
@@ -30,19 +31,27 @@ class CudaBuilderRows final : public BuilderRows {
   Status allocate();
   void add_owned_buffers(OwnedBuffers* owned) const override;
   Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
+  Status write_rows_groups(std::span<BuilderRows* const> rows, std::span<const BatchInput> batches,
+                           std::span<const RowsPlan> plans, std::span<SwaMetadata> mds) override;
   Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
   Status take_device_error() override;
   void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void* stream() const override { return stream_; }
   Status poison(uint8_t byte) override;
 
  private:
   MetadataKernelParams base_params(const BatchInput& b) const;
+  // A build's kernel parameters (the spans staged), `md`'s views and the draft update's record;
+  // the caller launches. *launch: whether the step has work for the kernel.
+  Status prepare_build(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md,
+                       MetadataKernelParams* params, bool* launch);
   // Uploads the host span CSR (through a pinned staging buffer) for the kernel.
   Status stage_spans(const BatchInput& b, const SpanCsr& csr, MetadataKernelParams* params);
 
   const BuilderConfig config_;
   const DerivedConfig derived_;
   cudaStream_t stream_;
+  int device_ = 0;  // where the buffers live
   MetadataKernelLauncher launcher_;
   int32_t last_decode_query_len_ = 0;   // the last build's hint, reused by the draft update
   DeviceBuffer<int32_t> token_to_req_;  // [max_tokens]
@@ -81,6 +90,7 @@ Status CudaBuilderRows::allocate() {
   const size_t max_seqs = static_cast<size_t>(c.max_num_seqs);
   int device = 0;
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  device_ = device;
   SPARSE_SWA_RETURN_IF_ERROR(
       cuda_status(init_metadata_kernel_launcher(device, &launcher_), "metadata kernel launcher"));
   SPARSE_SWA_RETURN_IF_ERROR(token_to_req_.allocate(max_tokens));
@@ -221,13 +231,15 @@ Status CudaBuilderRows::stage_spans(const BatchInput& b, const SpanCsr& csr,
   return Status::Ok();
 }
 
-Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md) {
+Status CudaBuilderRows::prepare_build(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md,
+                                      MetadataKernelParams* params, bool* launch) {
   const BuilderConfig& c = config_;
   const DerivedConfig& d = derived_;
   const StepSplit& split = plan.split;
   const int32_t num_tokens = b.num_tokens();
 
-  MetadataKernelParams p = base_params(b);
+  MetadataKernelParams& p = *params;
+  p = base_params(b);
   SPARSE_SWA_RETURN_IF_ERROR(stage_spans(b, *plan.spans, &p));
   p.with_image = plan.with_image;
   p.num_decode_tokens = split.num_decode_tokens;
@@ -248,10 +260,7 @@ Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, Sw
     p.flashinfer_topk_lens = fi_topk_lens_.get();
     p.flashinfer_seq_lens = fi_seq_lens_.get();
   }
-  if (num_tokens > 0 || split.num_prefills > 0 || b.num_reqs() > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(
-        cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch"));
-  }
+  *launch = num_tokens > 0 || split.num_prefills > 0 || b.num_reqs() > 0;
 
   md->token_to_req_indices = {token_to_req_.get(), static_cast<size_t>(num_tokens)};
   md->is_valid_token = {is_valid_.get(), static_cast<size_t>(num_tokens)};
@@ -275,6 +284,40 @@ Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, Sw
   build_replay_given_ = p.replay_start != nullptr;
   build_flashinfer_lens_ = flashinfer_lens;
   return Status::Ok();
+}
+
+Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md) {
+  MetadataKernelParams p;
+  bool launch = false;
+  SPARSE_SWA_RETURN_IF_ERROR(prepare_build(b, plan, md, &p, &launch));
+  if (!launch) return Status::Ok();
+  return cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch");
+}
+
+Status CudaBuilderRows::write_rows_groups(std::span<BuilderRows* const> rows,
+                                          std::span<const BatchInput> batches,
+                                          std::span<const RowsPlan> plans,
+                                          std::span<SwaMetadata> mds) {
+  // Every row's backend is a CudaBuilderRows on this stream (build_groups checked both).
+  for (size_t g = 1; g < rows.size(); ++g) {
+    const int device = static_cast<CudaBuilderRows*>(rows[g])->device_;
+    if (device != device_) {
+      return invalid_argument("builders[", g, "]: expected the CUDA device of builders[0] (",
+                              device_, "; one launch writes every group), got device ", device);
+    }
+  }
+  MetadataGroupParams gp{};
+  gp.num_groups = static_cast<int32_t>(rows.size());
+  bool any = false;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    bool launch = false;
+    SPARSE_SWA_RETURN_IF_ERROR(static_cast<CudaBuilderRows*>(rows[g])->prepare_build(
+        batches[g], plans[g], &mds[g], &gp.groups[g], &launch));
+    any = any || launch;
+  }
+  if (!any) return Status::Ok();
+  return cuda_status(launch_metadata_groups_kernel(&gp, launcher_, stream_),
+                     "metadata kernel launch (groups)");
 }
 
 Status CudaBuilderRows::update_decode_rows(const BatchInput& b, const DraftUpdateRecord& last) {

@@ -260,17 +260,11 @@ __device__ void build_unit(const MetadataKernelParams& p, int32_t unit, int lane
   for (int32_t t = t0; t < t0 + count; ++t) build_row(p, t, lane);
 }
 
-__global__ void __launch_bounds__(kMetadataKernelThreads)
-    build_metadata_kernel(const MetadataKernelParams p) {
-  // Indices fit int32: rows <= max_num_batched_tokens, the grid is capped (metadata_kernel_blocks).
-  const int lane = threadIdx.x % kWarpSize;
-  const int32_t warps_per_block = blockDim.x / kWarpSize;
-  const int32_t total_warps = gridDim.x * warps_per_block;
-  const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
-  const int32_t num_threads = gridDim.x * blockDim.x;
-  // Kept off the rows' path: the lens tail first (stores need not wait), the gather lens (a
-  // round of loads) by the grid's last threads, which have no rows unless the grid is capped
-  // (metadata_kernel_blocks adds a block for them).
+// Everything of a step but its rows, for all of the grid's threads: the lens tail (stores that
+// need not wait), the per-request replay_start copies and checks, a draft update's validity, the
+// gather lens (a round of loads) by the grid's last threads, which have no rows unless the grid
+// is capped (metadata_kernel_blocks adds a block for them).
+__device__ void write_step_arrays(const MetadataKernelParams& p, int32_t tid, int32_t num_threads) {
   if (!p.update_only && p.num_decode_tokens > 0) {
     // Zero [Td, capacity): a scalar head up to a multiple of 4, then 16-byte stores.
     const int32_t begin = p.num_decode_tokens, end = p.lens_capacity;
@@ -306,10 +300,41 @@ __global__ void __launch_bounds__(kMetadataKernelThreads)
     const int32_t rs = p.replay_start != nullptr ? p.replay_start[r] : 0;
     p.gather_lens[i] = formulas::gather_len(ql, p.seq_lens[r] - ql, p.window, rs);
   }
+}
+
+__global__ void __launch_bounds__(kMetadataKernelThreads)
+    build_metadata_kernel(const MetadataKernelParams p) {
+  // Indices fit int32: rows <= max_num_batched_tokens, the grid is capped (metadata_kernel_blocks).
+  const int lane = threadIdx.x % kWarpSize;
+  const int32_t warps_per_block = blockDim.x / kWarpSize;
+  const int32_t total_warps = gridDim.x * warps_per_block;
+  const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int32_t num_threads = gridDim.x * blockDim.x;
+  write_step_arrays(p, tid, num_threads);
   const int32_t units = num_units(p);
   for (int32_t u = blockIdx.x * warps_per_block + threadIdx.x / kWarpSize; u < units;
        u += total_warps) {
     build_unit(p, u, lane);
+  }
+}
+
+// Several steps (build_groups): each group's arrays by every thread, then the groups' work units
+// one after the other over the grid's warps. The parameters stay in the parameter space
+// (__grid_constant__): a group's are read where they lie, never copied per thread.
+__global__ void __launch_bounds__(kMetadataKernelThreads)
+    build_metadata_groups_kernel(const __grid_constant__ MetadataGroupParams gp) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int32_t warps_per_block = blockDim.x / kWarpSize;
+  const int32_t total_warps = gridDim.x * warps_per_block;
+  const int32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int32_t num_threads = gridDim.x * blockDim.x;
+  for (int32_t g = 0; g < gp.num_groups; ++g) write_step_arrays(gp.groups[g], tid, num_threads);
+  const int32_t units = gp.unit_end[gp.num_groups - 1];
+  for (int32_t u = blockIdx.x * warps_per_block + threadIdx.x / kWarpSize; u < units;
+       u += total_warps) {
+    int32_t g = 0;
+    while (u >= gp.unit_end[g]) ++g;  // warp-uniform: u is the warp's
+    build_unit(gp.groups[g], u - (g > 0 ? gp.unit_end[g - 1] : 0), lane);
   }
 }
 
@@ -326,44 +351,62 @@ cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* la
   launcher->resident_blocks = sms * per_sm > 0 ? sms * per_sm : 1;
   // The driver's cuLaunchKernel on the kernel's cached handle skips the runtime's per-launch
   // lookup (about 0.5 us of host time per step on the H200 host); without it, <<<>>> is used.
-  cudaFunction_t function = nullptr;
+  cudaFunction_t function = nullptr, groups_function = nullptr;
   void* entry = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   if (cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(build_metadata_kernel)) ==
           cudaSuccess &&
+      cudaGetFuncBySymbol(&groups_function, reinterpret_cast<const void*>(
+                                                build_metadata_groups_kernel)) == cudaSuccess &&
       cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault,
                                        &found) == cudaSuccess &&
       found == cudaDriverEntryPointSuccess) {
     launcher->function = function;
+    launcher->groups_function = groups_function;
     launcher->cu_launch_kernel = entry;
   }
   cudaGetLastError();  // a failed lookup only means the runtime launch path
   return cudaSuccess;
 }
 
-int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks) {
+namespace {
+
+// Blocks for `units` work units (a warp each) and the other work of steps `p[0, n)`.
+int blocks_for(const MetadataKernelParams* p, int n, int64_t units, int resident_blocks) {
   const int warps_per_block = kMetadataKernelThreads / kWarpSize;
-  int64_t blocks = (static_cast<int64_t>(num_units(p)) + warps_per_block - 1) / warps_per_block;
-  if (!p.update_only) {
-    if (p.num_prefills > 0) ++blocks;  // a block free of rows for the gather lens
+  int64_t blocks = (units + warps_per_block - 1) / warps_per_block;
+  bool prefills = false;
+  int64_t tail_blocks = 0;
+  for (int g = 0; g < n; ++g) {
+    if (p[g].update_only) continue;
+    prefills = prefills || p[g].num_prefills > 0;
     // The lens tail: about 4 entries per thread (64 per thread, in one block, made a one-token
     // step 0.6 us slower).
-    const int64_t tail = p.num_decode_tokens > 0 ? p.lens_capacity - p.num_decode_tokens : 0;
-    const int64_t tail_blocks =
-        (tail + 4 * kMetadataKernelThreads - 1) / (4 * kMetadataKernelThreads);
-    blocks = blocks > tail_blocks ? blocks : tail_blocks;
+    const int64_t tail =
+        p[g].num_decode_tokens > 0 ? p[g].lens_capacity - p[g].num_decode_tokens : 0;
+    const int64_t needed = (tail + 4 * kMetadataKernelThreads - 1) / (4 * kMetadataKernelThreads);
+    tail_blocks = needed > tail_blocks ? needed : tail_blocks;
   }
+  if (prefills) ++blocks;  // a block free of rows for the gather lens
+  blocks = blocks > tail_blocks ? blocks : tail_blocks;
   // Up to four waves: more rows in flight hide the rows' load latency better than warps looping.
   if (blocks > 4 * int64_t{resident_blocks}) blocks = 4 * int64_t{resident_blocks};
   return blocks < 1 ? 1 : static_cast<int>(blocks);
+}
+
+using CuLaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, unsigned, CUstream, void**, void**);
+
+}  // namespace
+
+int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks) {
+  return blocks_for(&p, 1, num_units(p), resident_blocks);
 }
 
 cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
                                    const MetadataKernelLauncher& launcher, cudaStream_t stream) {
   const unsigned blocks = metadata_kernel_blocks(p, launcher.resident_blocks);
   if (launcher.cu_launch_kernel != nullptr) {
-    using CuLaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned,
-                                        unsigned, unsigned, unsigned, CUstream, void**, void**);
     void* args[] = {const_cast<MetadataKernelParams*>(&p)};
     const CUresult result = reinterpret_cast<CuLaunchKernel>(launcher.cu_launch_kernel)(
         static_cast<CUfunction>(launcher.function), blocks, 1, 1, kMetadataKernelThreads, 1, 1, 0,
@@ -372,6 +415,27 @@ cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
     return static_cast<cudaError_t>(result);
   }
   build_metadata_kernel<<<blocks, kMetadataKernelThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_metadata_groups_kernel(MetadataGroupParams* gp,
+                                          const MetadataKernelLauncher& launcher,
+                                          cudaStream_t stream) {
+  int64_t units = 0;
+  for (int32_t g = 0; g < gp->num_groups; ++g) {
+    units += num_units(gp->groups[g]);
+    if (units > INT32_MAX) return cudaErrorInvalidValue;  // groups x max_num_batched_tokens
+    gp->unit_end[g] = static_cast<int32_t>(units);
+  }
+  const unsigned blocks = blocks_for(gp->groups, gp->num_groups, units, launcher.resident_blocks);
+  if (launcher.cu_launch_kernel != nullptr) {
+    void* args[] = {gp};
+    const CUresult result = reinterpret_cast<CuLaunchKernel>(launcher.cu_launch_kernel)(
+        static_cast<CUfunction>(launcher.groups_function), blocks, 1, 1, kMetadataKernelThreads, 1,
+        1, 0, reinterpret_cast<CUstream>(stream), args, nullptr);
+    return static_cast<cudaError_t>(result);
+  }
+  build_metadata_groups_kernel<<<blocks, kMetadataKernelThreads, 0, stream>>>(*gp);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "sparse_swa/metadata_builder.h"  // kMaxBuildGroups
+
 namespace sparse_swa::detail {
 
 // Bits of the device error word (see MetadataBuilder::take_device_error).
@@ -76,12 +78,25 @@ struct MetadataKernelParams {
   uint32_t* error_word;  // DeviceErrorBits, OR-ed
 };
 
+// MetadataBuilder::build_groups: several builders' steps in one launch. groups[g] is what group
+// g's own launch would take; the launch fills unit_end (each group's work units follow the
+// previous group's).
+struct MetadataGroupParams {
+  MetadataKernelParams groups[kMaxBuildGroups];
+  int32_t unit_end[kMaxBuildGroups];  // cumulative work units through group g
+  int32_t num_groups;
+};
+
+// Kernel parameters are limited to 4 KiB (the larger limit of newer toolkits is not assumed).
+static_assert(sizeof(MetadataGroupParams) <= 4096, "MetadataGroupParams past the parameter limit");
+
 inline constexpr int kMetadataKernelThreads = 256;
 
-// How the kernel is launched on one device, looked up once (the builder's create()).
+// How the kernels are launched on one device, looked up once (the builder's create()).
 struct MetadataKernelLauncher {
   int resident_blocks = 1;           // SMs x resident blocks per SM (one wave)
-  void* function = nullptr;          // the kernel's CUfunction
+  void* function = nullptr;          // the one-step kernel's CUfunction
+  void* groups_function = nullptr;   // the grouped kernel's CUfunction
   void* cu_launch_kernel = nullptr;  // the driver's cuLaunchKernel; null: launch with <<<>>>
 };
 cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* launcher);
@@ -93,5 +108,9 @@ int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks);
 // Enqueues the kernel on `stream`; returns the launch error, if any.
 cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
                                    const MetadataKernelLauncher& launcher, cudaStream_t stream);
+// The same for gp.num_groups steps in one launch (fills gp.unit_end).
+cudaError_t launch_metadata_groups_kernel(MetadataGroupParams* gp,
+                                          const MetadataKernelLauncher& launcher,
+                                          cudaStream_t stream);
 
 }  // namespace sparse_swa::detail

@@ -325,6 +325,30 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
   return batch;
 }
 
+RandomCase RandomBatch::other_group(const RandomCase& base) {
+  RandomCase c = base;
+  c.config.window_size = pick(rng_, kWindows);
+  c.config.block_size = pick(rng_, kBlockSizes);
+  c.config.noncausal_index_width = 0;  // derived from the new window
+  const TestBatch& b = base.batch;
+  const int32_t block = c.config.block_size;
+  TestBatch g(block);
+  g.set_causal(b.causal);
+  for (int32_t r = 0; r < b.num_reqs(); ++r) {
+    std::vector<int32_t> pages((b.seq_lens[r] + block - 1) / block + uniform(0, 2));
+    for (int32_t& p : pages) p = random_page(block);
+    g.add_request(b.seq_lens[r], b.query_len(r), std::move(pages));
+  }
+  g.pad_tokens(b.num_tokens() - b.query_start_loc.back());
+  for (int32_t t = 0; t < b.query_start_loc.back(); ++t) {
+    if (b.slot_mapping[t] < 0) g.invalidate(t);
+  }
+  g.image_spans = b.image_spans;
+  g.replay_start = b.replay_start;
+  c.batch = std::move(g);
+  return c;
+}
+
 TestBatch RandomBatch::same_shape_variant(const TestBatch& base, int32_t max_growth) {
   const int32_t b = base.block_size();
   TestBatch v(b);

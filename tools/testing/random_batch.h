@@ -94,6 +94,12 @@ class RandomBatch {
   // seq_len + max_growth plus the two spare pages batch_for() may add.
   TestBatch same_shape_variant(const TestBatch& base, int32_t max_growth);
 
+  // Another KV-cache group of the same step (MetadataBuilder::build_groups): `base`'s config with
+  // a random window and block size, and `base`'s batch with fresh pages of that block size (the
+  // same requests, query_start_loc, seq_lens, invalid and padding tokens, image spans, causal
+  // flag and replay_start; slots recomputed, no page freed).
+  RandomCase other_group(const RandomCase& base);
+
   std::mt19937_64& rng() { return rng_; }
   int32_t uniform(int32_t lo, int32_t hi);  // inclusive
   bool chance(double p);
