@@ -59,7 +59,8 @@ std::vector<uint8_t> validity(const SwaMetadata& md) {
 
 // ---------------------------------------------------------------- bounded replay
 
-// The reference note's golden: W = 8, seq [40, 12, 30], ql [24, 12, 10], replay [12, 0, 0].
+// docs/semantics.md#bounded-replay's example: W = 8, seq [40, 12, 30], ql [24, 12, 10], replay
+// [12, 0, 0].
 TestBatch replay_golden_batch() {
   TestBatch b(4);
   b.add_identity_request(40, 24).add_identity_request(12, 12).add_identity_request(30, 10);

@@ -12,7 +12,8 @@ from conftest import batch_arrays, build_case, load_case
 
 
 def golden_step():
-    """The reference note's golden: W = 8, seq [40, 12, 30], ql [24, 12, 10], identity pages."""
+    """docs/semantics.md#bounded-replay's example: W = 8, seq [40, 12, 30], ql [24, 12, 10],
+    identity pages."""
     seq = np.array([40, 12, 30], np.int32)
     ql = [24, 12, 10]
     qsl = np.array([0, 24, 36, 46], np.int32)
