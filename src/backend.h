@@ -58,12 +58,22 @@ class BuilderRows {
   // window inside the block table) and writes nothing on an error; the CUDA kernel flags such
   // rows (take_device_error).
   virtual Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) = 0;
-  // update_draft_decode_rows: the first last.num_decode_tokens decode rows as causal rows with
-  // the logical window W, with the build's token mapping and validity. Checked as write_rows.
+  // MetadataBuilder::build_groups, called on rows[0] (this): write_rows of every group g into
+  // rows[g]'s buffers, nothing written unless every group passes its checks. The CPU writes the
+  // groups in turn after checking all; CUDA enqueues one kernel for all, on this stream.
+  virtual Status write_rows_groups(std::span<BuilderRows* const> rows,
+                                   std::span<const BatchInput> batches,
+                                   std::span<const RowsPlan> plans, std::span<SwaMetadata> mds) = 0;
+  // update_draft_decode_rows: validity of every token from the batch's slot_mapping, the first
+  // last.num_decode_tokens tokens' requests from its query_start_loc (padding: the last request),
+  // and their rows in the build's mode (causal rows of the logical window W with the build's
+  // replay_start, or DSpark non-causal rows), plus the build's FlashInfer lens if it wrote them.
+  // Checked as write_rows.
   virtual Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) = 0;
   virtual Status take_device_error() = 0;
-  // The stream later calls enqueue on (CUDA; the CPU ignores it).
+  // The stream later calls enqueue on (CUDA; the CPU ignores it and reports nullptr).
   virtual void set_stream(void* cuda_stream) = 0;
+  virtual void* stream() const = 0;
   // Tests: fills every output buffer with `byte` (CUDA; the CPU has nothing to poison).
   virtual Status poison(uint8_t byte) = 0;
 };

@@ -151,8 +151,28 @@ Status check_host_copy(std::span<const int32_t> copy, std::span<const int32_t> a
 
 }  // namespace
 
-Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
-                   bool arrays_on_host, StepSplit* split) {
+Status check_replay_start(const BatchInput& b) {
+  // Called once the arrays passed check_batch: qsl non-decreasing, seq_lens >= query lengths.
+  for (size_t r = 0; r < b.replay_start.size(); ++r) {
+    const int32_t rs = b.replay_start[r];
+    const int32_t ql = b.query_start_loc[r + 1] - b.query_start_loc[r];
+    const int32_t prefix = b.seq_lens[r] - ql;
+    if (rs < 0) {
+      return invalid_argument("batch.replay_start[", r,
+                              "]: expected >= 0 (the first position with window KV), got ", rs);
+    }
+    if (rs > prefix) {
+      return invalid_argument("batch.replay_start[", r,
+                              "]: expected <= the request's prefix seq_lens[", r,
+                              "] - query_len = ", b.seq_lens[r], " - ", ql, " = ", prefix,
+                              " (replay starts inside the cached context), got ", rs);
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_batch_shape(const BuilderConfig& config, const DerivedConfig& derived,
+                         const BatchInput& b) {
   const int64_t num_reqs = static_cast<int64_t>(b.seq_lens.size());
   const int64_t num_tokens = static_cast<int64_t>(b.slot_mapping.size());
   if (num_reqs > config.max_num_seqs) {
@@ -163,21 +183,19 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
     return invalid_argument("batch.query_start_loc: expected num_reqs + 1 = ", num_reqs + 1,
                             " entries (num_reqs = len(seq_lens)), got ", b.query_start_loc.size());
   }
-  const auto qsl = host_query_start_loc(b);
-  const auto seq = host_seq_lens(b);
-  if (static_cast<int64_t>(qsl.size()) != num_reqs + 1) {
+  if (!b.query_start_loc_host.empty() &&
+      static_cast<int64_t>(b.query_start_loc_host.size()) != num_reqs + 1) {
     return invalid_argument("batch.query_start_loc_host: expected ", num_reqs + 1, " entries, got ",
-                            qsl.size());
+                            b.query_start_loc_host.size());
   }
-  if (static_cast<int64_t>(seq.size()) != num_reqs) {
+  if (!b.seq_lens_host.empty() && static_cast<int64_t>(b.seq_lens_host.size()) != num_reqs) {
     return invalid_argument("batch.seq_lens_host: expected ", num_reqs, " entries, got ",
-                            seq.size());
+                            b.seq_lens_host.size());
   }
   if (num_tokens > config.max_num_batched_tokens) {
     return invalid_argument("batch.slot_mapping: expected at most max_num_batched_tokens = ",
                             config.max_num_batched_tokens, " tokens, got ", num_tokens);
   }
-  const bool has_host_copies = !b.query_start_loc_host.empty();
   const auto& bt = b.block_table;
   if (bt.rows < num_reqs) {
     return invalid_argument("batch.block_table: expected at least num_reqs = ", num_reqs,
@@ -190,6 +208,29 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   if (num_reqs > 0 && bt.cols > 0 && bt.data == nullptr) {
     return invalid_argument("batch.block_table: null data for ", num_reqs, " requests");
   }
+  if (!b.replay_start.empty() && static_cast<int64_t>(b.replay_start.size()) != num_reqs) {
+    return invalid_argument("batch.replay_start: expected num_reqs = ", num_reqs,
+                            " entries (one per request; empty for no replay), got ",
+                            b.replay_start.size());
+  }
+  if (!b.causal && !derived.is_dspark) {
+    return invalid_argument(
+        "batch.causal: false (non-causal rows) needs speculative_method "
+        "dspark, got ",
+        speculative_method_name(config.speculative_method));
+  }
+  return Status::Ok();
+}
+
+Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, const BatchInput& b,
+                   bool arrays_on_host, StepSplit* split) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_shape(config, derived, b));
+  const int64_t num_reqs = static_cast<int64_t>(b.seq_lens.size());
+  const int64_t num_tokens = static_cast<int64_t>(b.slot_mapping.size());
+  const auto qsl = host_query_start_loc(b);
+  const auto seq = host_seq_lens(b);
+  const bool has_host_copies = !b.query_start_loc_host.empty();
+  const auto& bt = b.block_table;
   // Positions the table covers; compared without a division per request (hot path).
   // Columns past int32 cover every seq_len; capped so that the product cannot overflow.
   const int64_t covered = std::min<int64_t>(bt.cols, INT32_MAX) * config.block_size;
@@ -216,13 +257,6 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
                               ") = ", needed, " entries, got ", bt.cols);
     }
   }
-  if (!b.causal && !derived.is_dspark) {
-    return invalid_argument(
-        "batch.causal: false (non-causal rows) needs speculative_method "
-        "dspark, got ",
-        speculative_method_name(config.speculative_method));
-  }
-
   if (split != nullptr) {
     const int32_t tokens = static_cast<int32_t>(num_tokens);
     *split = plainly_valid ? split_from_range(qsl, tokens, derived.decode_threshold, scan.range)
@@ -239,6 +273,7 @@ Status check_batch(const BuilderConfig& config, const DerivedConfig& derived, co
   if (!b.seq_lens_host.empty()) {
     SPARSE_SWA_RETURN_IF_ERROR(check_host_copy(b.seq_lens_host, b.seq_lens, "batch.seq_lens"));
   }
+  SPARSE_SWA_RETURN_IF_ERROR(check_replay_start(b));
   const int32_t num_real = b.query_start_loc[num_reqs];
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t s = b.slot_mapping[t];
@@ -329,6 +364,7 @@ SwaMetadata step_metadata_scalars(const BuilderConfig& config, const DerivedConf
   SwaMetadata md;
   md.space = space;
   md.causal = batch.causal;
+  md.replay_start_given = !batch.replay_start.empty();
   md.num_reqs = batch.num_reqs();
   md.num_tokens = batch.num_tokens();
   md.num_decodes = split.num_decodes;
@@ -382,15 +418,14 @@ Status check_draft_update_target(const SwaMetadata* md, const DraftUpdateRecord&
   return Status::Ok();
 }
 
-Status check_draft_update_spans(const DraftUpdateRecord& last, const BatchInput& batch) {
-  const auto qsl = host_query_start_loc(batch);
-  const auto [now, then] = std::mismatch(qsl.begin(), qsl.end(), last.query_start_loc.begin());
-  if (now == qsl.end()) return Status::Ok();
-  const size_t i = static_cast<size_t>(now - qsl.begin());
-  return invalid_argument(
-      batch.query_start_loc_host.empty() ? "batch.query_start_loc" : "batch.query_start_loc_host",
-      "[", i, "]: expected the last build's ", *then,
-      " (a draft update keeps the build's spans), got ", *now);
+Status check_draft_update_batch(const BuilderConfig& config, const DerivedConfig& derived,
+                                const BatchInput& b, bool arrays_on_host) {
+  SPARSE_SWA_RETURN_IF_ERROR(check_batch_shape(config, derived, b));
+  if (!arrays_on_host) return Status::Ok();
+  BatchInput arrays = b;
+  arrays.query_start_loc_host = {};
+  arrays.seq_lens_host = {};
+  return check_batch(config, derived, arrays, /*arrays_on_host=*/true);
 }
 
 void OwnedBuffers::add(const void* data, size_t bytes, const char* name) {
@@ -450,6 +485,8 @@ Status check_batch_outside(const BatchInput& b, const OwnedBuffers& owned) {
                                      b.query_start_loc_host.size_bytes()));
   SPARSE_SWA_RETURN_IF_ERROR(
       outside("batch.seq_lens_host", b.seq_lens_host.data(), b.seq_lens_host.size_bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      outside("batch.replay_start", b.replay_start.data(), b.replay_start.size_bytes()));
   return outside("batch.image_spans", b.image_spans.data(), b.image_spans.size_bytes());
 }
 

@@ -34,11 +34,20 @@ StepSplit split_decodes_and_prefills(std::span<const int32_t> query_start_loc_ho
 std::span<const int32_t> host_query_start_loc(const BatchInput& b);
 std::span<const int32_t> host_seq_lens(const BatchInput& b);
 
+// The checks that read no array element: sizes against the config and each other, the block
+// table's shape, replay_start's length, the causal flag.
+Status check_batch_shape(const BuilderConfig& config, const DerivedConfig& derived,
+                         const BatchInput& batch);
+
+// replay_start (when given) against the arrays, which must have passed check_batch:
+// 0 <= replay_start[r] <= seq_lens[r] - query_len(r). Host arrays only.
+Status check_replay_start(const BatchInput& batch);
+
 // Checks everything visible through host memory: sizes, query_start_loc, seq_lens >= query
 // lengths, block-table shape and coverage, the causal flag, and (for the CPU backend, where
 // `arrays_on_host`) that the host copies given equal their arrays, element by element, plus
-// slot_mapping values. With `split`, also fills the step's split (split_decodes_and_prefills of
-// the host copies), from the same pass over the requests.
+// slot_mapping values and replay_start. With `split`, also fills the step's split
+// (split_decodes_and_prefills of the host copies), from the same pass over the requests.
 Status check_batch(const BuilderConfig& config, const DerivedConfig& derived,
                    const BatchInput& batch, bool arrays_on_host, StepSplit* split = nullptr);
 
@@ -67,29 +76,30 @@ SwaMetadata step_metadata_scalars(const BuilderConfig& config, const DerivedConf
 void fill_prefill_host_plan(const BatchInput& batch, const StepSplit& split, int32_t* seq_lens,
                             int32_t* query_lens);
 
-// What update_draft_decode_rows takes from the last build, kept by the builder itself: the
-// metadata and its exported arrays are the caller's to write, these copies are not.
+// What update_draft_decode_rows takes from the last build, kept by the builder itself.
 struct DraftUpdateRecord {
   // The build's decode_swa.data and .lens (null before a build): they identify its metadata;
   // the backend rewrites its own buffers.
   const int32_t* decode_rows = nullptr;
   const int32_t* decode_lens = nullptr;
   int32_t decode_width = 0;
+  bool noncausal = false;  // the build wrote DSpark non-causal decode rows
   int32_t num_reqs = 0;
   int32_t num_tokens = 0;
   int32_t num_decodes = 0;
   int32_t num_decode_tokens = 0;
-  // The build's (host) query_start_loc, [num_reqs + 1]; a draft update keeps the spans.
-  std::span<const int32_t> query_start_loc;
 };
 
 // update_draft_decode_rows: `md` must be the metadata of the build `last` records (views in
 // `space`, the same decode rows and counts) and `batch` must have that build's shape.
 Status check_draft_update_target(const SwaMetadata* md, const DraftUpdateRecord& last,
                                  MemorySpace space, const BatchInput& batch);
-// After check_batch: the batch's host query_start_loc must equal the build's, element by element
-// (the update keeps the build's token mapping and validity).
-Status check_draft_update_spans(const DraftUpdateRecord& last, const BatchInput& batch);
+// The batch of a draft update: its arrays are authoritative (the engine advanced them in place)
+// and its host copies are not read (they may still hold the build's values; only their sizes
+// are checked). Host arrays (`arrays_on_host`) are checked as check_batch checks them; device
+// arrays only by shape (the kernel checks their values).
+Status check_draft_update_batch(const BuilderConfig& config, const DerivedConfig& derived,
+                                const BatchInput& batch, bool arrays_on_host);
 
 // The buffers a builder writes that the caller can see (the metadata's views), sorted by
 // address, so that a batch array overlapping one of them (an output of an earlier build passed

@@ -18,10 +18,9 @@ constexpr int64_t kDsparkAlignment = 64;
 // Bounds that keep every persistent buffer allocatable (8 GiB in all at most).
 constexpr int64_t kMaxNumSeqs = int64_t{1} << 24;
 constexpr int64_t kMaxBufferBytes = int64_t{8} << 30;
-// Mapping, validity, lens, visibility, spans, and the draft update's copies of the mapping and
-// validity.
+// Mapping, validity, lens, visibility, spans and the FlashInfer decode lens.
 constexpr int64_t kPerTokenArrays = 10;
-// Span indptr, gather lens, host plan copies, the draft update's query_start_loc copies.
+// Span indptr, gather lens, host plan copies, replay_start and its private copy.
 constexpr int64_t kPerRequestArrays = 8;
 }  // namespace
 
@@ -85,6 +84,12 @@ StatusOr<LayerType> layer_type_for_ratio(int64_t compress_ratio, std::string_vie
   }
 }
 
+int64_t decode_threshold_of(const BuilderConfig& c) {
+  const int64_t k = c.num_speculative_tokens;
+  // Model runner V1's parallel drafter appends up to k mask slots to a verified request.
+  return 1 + k + (c.parallel_drafting && !c.model_runner_v2 ? k : 0);
+}
+
 int32_t reference_noncausal_width(int32_t window_size, int32_t num_speculative_tokens) {
   const int64_t w = std::max(window_size, 0) + int64_t{std::max(num_speculative_tokens, 0)};
   return static_cast<int32_t>(formulas::round_up(w, kDsparkAlignment));
@@ -120,9 +125,10 @@ Status validate_config(const BuilderConfig& c) {
     SPARSE_SWA_RETURN_IF_ERROR(type.status());
   }
   // Widths: W + Mi (prefill rows) and W + theta rounded to 64 (non-causal rows) must stay small.
-  const int64_t theta = 1 + (c.parallel_drafting ? 2 : 1) * int64_t{c.num_speculative_tokens};
+  const int64_t theta = decode_threshold_of(c);
+  const int64_t image_width = c.widen_image_spans ? c.max_image_tokens : 0;
   const int64_t widest = std::max<int64_t>(
-      c.window_size + int64_t{c.max_image_tokens},
+      c.window_size + image_width,
       formulas::round_up(c.window_size + std::max<int64_t>(theta, c.num_speculative_tokens), 64));
   if (widest > kMaxRowWidth) {
     return invalid_argument(
@@ -171,8 +177,8 @@ Status validate_config(const BuilderConfig& c) {
                 formulas::round_up(
                     c.window_size + std::max<int64_t>(theta, c.num_speculative_tokens), 64))
           : 0;
-  const int64_t row_elements = c.window_size + noncausal_width + c.window_size +
-                               int64_t{c.max_image_tokens} + kPerTokenArrays;
+  const int64_t row_elements =
+      c.window_size + noncausal_width + c.window_size + image_width + kPerTokenArrays;
   const int64_t total_bytes =
       4 * (row_elements * c.max_num_batched_tokens + kPerRequestArrays * int64_t{c.max_num_seqs});
   if (total_bytes > kMaxBufferBytes) {
@@ -189,8 +195,9 @@ Status validate_config(const BuilderConfig& c) {
 
 DerivedConfig derive_config(const BuilderConfig& c) {
   DerivedConfig d;
-  d.decode_threshold = 1 + (c.parallel_drafting ? 2 : 1) * c.num_speculative_tokens;
-  d.prefill_index_width = c.window_size + c.max_image_tokens;
+  d.decode_threshold = static_cast<int32_t>(decode_threshold_of(c));
+  d.widens_images = c.widen_image_spans && c.max_image_tokens > 0;
+  d.prefill_index_width = c.window_size + (d.widens_images ? c.max_image_tokens : 0);
   d.is_dspark = c.speculative_method == SpeculativeMethod::kDspark;
   if (d.is_dspark && c.noncausal_index_width != 0) {
     d.noncausal_index_width = c.noncausal_index_width;

@@ -58,10 +58,12 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
   const size_t seq_bytes = host.seq_lens.size_bytes();
   const size_t bt_bytes = static_cast<size_t>(bt.rows * bt.stride) * sizeof(int32_t);
   const size_t slot_bytes = host.slot_mapping.size_bytes();
+  const size_t replay_bytes = host.replay_start.size_bytes();
   // 8-byte aligned sections: slot_mapping is int64.
   auto align8 = [](size_t n) { return (n + 7) / 8 * 8; };
   const size_t off_seq = align8(qsl_bytes), off_bt = off_seq + align8(seq_bytes),
-               off_slot = off_bt + align8(bt_bytes), total = off_slot + align8(slot_bytes) + 8;
+               off_slot = off_bt + align8(bt_bytes), off_replay = off_slot + align8(slot_bytes),
+               total = off_replay + align8(replay_bytes) + 8;
   SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_device_alloc(&d->device_, total));
   auto* base = static_cast<char*>(d->device_);
   if (qsl_bytes > 0) {
@@ -79,6 +81,10 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
     SPARSE_SWA_RETURN_IF_ERROR(
         detail::cuda_copy_host_to_device(base + off_slot, host.slot_mapping.data(), slot_bytes));
   }
+  if (replay_bytes > 0) {
+    SPARSE_SWA_RETURN_IF_ERROR(detail::cuda_copy_host_to_device(
+        base + off_replay, host.replay_start.data(), replay_bytes));
+  }
   BatchInput& in = d->input_;
   in = host;
   in.query_start_loc = {reinterpret_cast<const int32_t*>(base), host.query_start_loc.size()};
@@ -86,6 +92,7 @@ StatusOr<std::unique_ptr<DeviceBatch>> DeviceBatch::upload(const BatchInput& hos
   in.block_table.data = reinterpret_cast<const int32_t*>(base + off_bt);
   in.block_table.space = MemorySpace::kDevice;
   in.slot_mapping = {reinterpret_cast<const int64_t*>(base + off_slot), host.slot_mapping.size()};
+  in.replay_start = {reinterpret_cast<const int32_t*>(base + off_replay), host.replay_start.size()};
   in.query_start_loc_host = d->host_query_start_loc_;
   in.seq_lens_host = d->host_seq_lens_;
   in.image_spans = d->spans_;

@@ -30,6 +30,11 @@ struct BatchInput {
   std::span<const int64_t> slot_mapping;     // [num_tokens] KV write slot, -1 = padding
   bool causal = true;                        // false: DSpark non-causal draft rows
   std::span<const ImageSpan> image_spans;    // any order; host memory
+  // SWA bounded replay: [num_reqs], the first position of each request whose window KV exists
+  // (0 <= replay_start[r] <= the request's prefix seq_lens[r] - query_len). Causal rows start
+  // no earlier and prefill gather lengths shrink to match; DSpark non-causal rows ignore it.
+  // Empty = all zeros (docs/semantics.md#bounded-replay).
+  std::span<const int32_t> replay_start;
 
   std::span<const int32_t> query_start_loc_host;  // CUDA backend: host copy, [num_reqs + 1]
   std::span<const int32_t> seq_lens_host;         // CUDA backend: host copy, [num_reqs]

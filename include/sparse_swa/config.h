@@ -46,18 +46,33 @@ struct BuilderConfig {
   int32_t num_speculative_tokens = 0;  // k >= 0
   SpeculativeMethod speculative_method = SpeculativeMethod::kNone;
   bool parallel_drafting = false;
-  int32_t max_image_tokens = 0;          // Mi >= 0 (vision checkpoints widen prefill rows by Mi)
+  // The engine's model runner: false (V1) counts the parallel drafter's k mask slots in theta,
+  // true (V2) does not (docs/semantics.md#decode-threshold).
+  bool model_runner_v2 = false;
+  int32_t max_image_tokens = 0;  // Mi >= 0, the longest image span
+  // True (DeepSeek-V4 vision): prefill rows are W + Mi wide and image spans widen windows.
+  // False (DeepSeek-V4.1 vision): rows of width W, plain causal windows, image spans ignored
+  // (docs/semantics.md#image-widening-switch).
+  bool widen_image_spans = true;
   std::vector<int32_t> compress_ratios;  // each in {1, 2, 4, 128}; empty means {1}
   // DSpark non-causal row width; 0 derives it (see DerivedConfig). A consumer that accepts only
   // some widths sets it from its dispatch policy (choose_noncausal_width in dispatch_policy.h),
   // so the producer writes exactly what the consumer reads. Must be >= W + theta.
   int32_t noncausal_index_width = 0;
+  // Also write flashinfer_decode_topk_lens / flashinfer_decode_seq_lens on non-causal steps
+  // (the FlashInfer DSpark decode's per-token lens; docs/semantics.md#flashinfer-decode-lens).
+  bool flashinfer_decode_lens = false;
 };
+
+// theta = 1 + k, plus k more for parallel drafting on model runner V1 (int64: validate_config
+// calls it before the ranges are known).
+int64_t decode_threshold_of(const BuilderConfig& config);
 
 // Everything the builder derives from a valid config.
 struct DerivedConfig {
-  int32_t decode_threshold = 1;     // theta = 1 + (2 if parallel_drafting else 1) * k
-  int32_t prefill_index_width = 0;  // W + Mi
+  int32_t decode_threshold = 1;     // theta = decode_threshold_of(config)
+  int32_t prefill_index_width = 0;  // W + Mi when widening image spans, else W
+  bool widens_images = false;       // widen_image_spans and Mi > 0: the image path can run
   // DSpark: config.noncausal_index_width if set, else
   // max(round_up(W + k, 64), round_up(W + theta, 64)) (docs/semantics.md#dspark-width).
   int32_t noncausal_index_width = 0;

@@ -31,7 +31,8 @@ class DeviceBatch {
   std::vector<int32_t> host_query_start_loc_;  // [num_reqs + 1]
   std::vector<int32_t> host_seq_lens_;         // [num_reqs]
   std::vector<ImageSpan> spans_;
-  void* device_ = nullptr;  // one allocation: qsl | seq_lens | block_table | slot_mapping
+  // One allocation: qsl | seq_lens | block_table | slot_mapping | replay_start.
+  void* device_ = nullptr;
   BatchInput input_;
 };
 

@@ -36,8 +36,9 @@ struct SwaMetadata {
   int32_t num_prefill_tokens = 0;  // Tp
   int32_t max_decode_query_len = 1;
 
-  std::span<const int32_t> token_to_req_indices;  // [T], padding tokens map to request 0
-  std::span<const uint8_t> is_valid_token;        // [T], 1 where slot_mapping >= 0
+  // [T], padding tokens map to request 0 (a draft update maps them to num_reqs - 1)
+  std::span<const int32_t> token_to_req_indices;
+  std::span<const uint8_t> is_valid_token;  // [T], 1 where slot_mapping >= 0
 
   // [Td, decode_swa.width]: causal rows (width W) or DSpark non-causal rows (width Wn).
   ConstIndexView decode_swa;
@@ -49,9 +50,20 @@ struct SwaMetadata {
   std::span<const int32_t> left_visible;
   std::span<const int32_t> right_visible;
 
-  std::span<const int32_t> prefill_gather_lens;      // [Rp]: ql + min(prefix, W - 1)
+  // [Rp]: ql + min(max(prefix - replay_start, 0), W - 1)
+  std::span<const int32_t> prefill_gather_lens;
   std::span<const int32_t> prefill_seq_lens_host;    // [Rp] host
   std::span<const int32_t> prefill_query_lens_host;  // [Rp] host
+
+  // [num_reqs]: the batch's replay_start, or zeros when it gave none (a copy in a persistent
+  // buffer of the builder); replay_start_given tells which.
+  std::span<const int32_t> replay_start;
+  bool replay_start_given = false;
+
+  // config.flashinfer_decode_lens and a non-causal step with Td > 0, else empty: [Td] each,
+  // max(decode_swa.lens[t], W) and seq_lens[token_to_req_indices[t]].
+  std::span<const int32_t> flashinfer_decode_topk_lens;
+  std::span<const int32_t> flashinfer_decode_seq_lens;
 
   LayerTypeSet tile_schedulers;  // layer types needing a FlashMLA plan; empty when Td == 0
 
@@ -63,6 +75,7 @@ struct SwaMetadata {
   int32_t decode_swa_width() const { return decode_swa.width; }
   bool has_prefill() const { return num_prefill_tokens > 0; }
   bool has_image() const { return !left_visible.empty(); }
+  bool has_flashinfer_decode_lens() const { return !flashinfer_decode_topk_lens.empty(); }
 };
 
 // The reference's greedy workspace chunk plan over the prefill requests (host only).

@@ -19,14 +19,17 @@ enum class FieldRows : uint8_t {
   kDecodeTokens,   // num_decode_tokens
   kPrefillTokens,  // num_prefill_tokens
   kPrefills,       // num_prefills
+  kRequests,       // num_reqs
 };
 
 // When a field holds data. The reference gives None (JSON null) for an absent array and 0 for an
 // absent scalar.
 enum class FieldPresence : uint8_t {
   kAlways,
-  kPrefill,  // prefill tokens in the step (equivalently, prefill requests)
-  kImage,    // the image path ran (SwaMetadata::has_image)
+  kPrefill,         // prefill tokens in the step (equivalently, prefill requests)
+  kImage,           // the image path ran (SwaMetadata::has_image)
+  kFlashinferLens,  // SwaMetadata::has_flashinfer_decode_lens
+  kReplayGiven,     // the batch gave replay_start (SwaMetadata::replay_start_given)
 };
 
 struct MetadataField {
@@ -41,6 +44,10 @@ struct MetadataField {
   bool in_contract = false;  // printed by the JSON contract (the reference script's `run`)
   // The contract prints only the prefill tokens' entries [num_decode_tokens, num_tokens).
   bool contract_prefill_part = false;
+  // When the contract prints the key: kAlways (null while the field is absent), or, for fields
+  // the seed's reference has not, only while this holds (no key otherwise), so that a batch
+  // without the new inputs prints exactly the reference's keys.
+  FieldPresence contract_key = FieldPresence::kAlways;
   // The CLI table's column for a per-token or per-request field (nullptr: not a column there);
   // consecutive fields with the same column are printed in it joined by '/'.
   const char* table = nullptr;
@@ -60,6 +67,8 @@ inline int64_t field_rows(const SwaMetadata& md, FieldRows rows) {
       return md.num_prefill_tokens;
     case FieldRows::kPrefills:
       return md.num_prefills;
+    case FieldRows::kRequests:
+      return md.num_reqs;
   }
   return 0;
 }
@@ -72,6 +81,10 @@ inline bool field_present(const SwaMetadata& md, FieldPresence presence) {
       return md.has_prefill();
     case FieldPresence::kImage:
       return md.has_image();
+    case FieldPresence::kFlashinferLens:
+      return md.has_flashinfer_decode_lens();
+    case FieldPresence::kReplayGiven:
+      return md.replay_start_given;
   }
   return false;
 }
@@ -124,6 +137,24 @@ void for_each_metadata_field(Md& md, Visit&& visit) {
                              "(the reference's shape), and lens [num_decode_tokens]: row i's "
                              "valid entries are [0, lens[i])."},
         md.decode_swa);
+  visit(MetadataField{.name = "flashinfer_decode_topk_lens",
+                      .reference = "flashinfer_decode_topk_lens",
+                      .rows = R::kDecodeTokens,
+                      .presence = P::kFlashinferLens,
+                      .in_contract = true,
+                      .contract_key = P::kFlashinferLens,
+                      .doc = "[num_decode_tokens] int32: max(decode_swa_lens, W), or None unless "
+                             "config.flashinfer_decode_lens and a non-causal step."},
+        md.flashinfer_decode_topk_lens);
+  visit(MetadataField{.name = "flashinfer_decode_seq_lens",
+                      .reference = "flashinfer_decode_seq_lens",
+                      .rows = R::kDecodeTokens,
+                      .presence = P::kFlashinferLens,
+                      .in_contract = true,
+                      .contract_key = P::kFlashinferLens,
+                      .doc = "[num_decode_tokens] int32: seq_lens[token_to_req_indices], or None "
+                             "(see flashinfer_decode_topk_lens)."},
+        md.flashinfer_decode_seq_lens);
   visit(MetadataField{.name = "prefill_swa",
                       .reference = "prefill_swa",
                       .rows = R::kPrefillTokens,
@@ -138,7 +169,8 @@ void for_each_metadata_field(Md& md, Visit&& visit) {
                       .presence = P::kPrefill,
                       .in_contract = true,
                       .table = "gather",
-                      .doc = "[num_prefills] int32: query_len + min(prefix, W - 1), or None."},
+                      .doc = "[num_prefills] int32: query_len + min(max(prefix - replay_start, "
+                             "0), W - 1), or None."},
         md.prefill_gather_lens);
   visit(MetadataField{.name = "left_visible",
                       .reference = "prefill_left_visible",
@@ -159,11 +191,21 @@ void for_each_metadata_field(Md& md, Visit&& visit) {
                       .table = "img L/R",
                       .doc = "[num_tokens] int32, or None (see prefill_left_visible)."},
         md.right_visible);
+  visit(MetadataField{.name = "replay_start",
+                      .reference = "replay_start",
+                      .rows = R::kRequests,
+                      .in_contract = true,
+                      .contract_key = P::kReplayGiven,
+                      .table = "replay",
+                      .doc = "[num_reqs] int32: the first position with window KV per request "
+                             "(SWA bounded replay); zeros when the build gave none."},
+        md.replay_start);
   visit(MetadataField{.name = "token_to_req_indices",
                       .reference = "token_to_req_indices",
                       .rows = R::kTokens,
                       .in_contract = true,
-                      .doc = "[num_tokens] int32; padding tokens map to request 0."},
+                      .doc = "[num_tokens] int32; padding tokens map to request 0 (num_reqs - 1 "
+                             "after a draft update)."},
         md.token_to_req_indices);
   visit(MetadataField{.name = "is_valid_token",
                       .reference = "is_valid_token",

@@ -38,9 +38,12 @@ class BuilderConfig:
     num_speculative_tokens: int
     speculative_method: str  # "none" | "mtp" | "dspark"
     parallel_drafting: bool
+    model_runner_v2: bool  # theta = 1 + k even with parallel_drafting
     max_image_tokens: int
+    widen_image_spans: bool  # False: DeepSeek-V4.1 vision, plain causal windows of width W
     compress_ratios: list[int]  # each in {1, 2, 4, 128}; empty means [1]
     noncausal_index_width: int  # DSpark row width; 0 derives it (dispatch.choose_noncausal_width)
+    flashinfer_decode_lens: bool  # write flashinfer_decode_* on non-causal steps
     def __init__(self, **fields: Any) -> None: ...
     @staticmethod
     def from_dict(config: Mapping[str, Any]) -> BuilderConfig: ...
@@ -78,6 +81,9 @@ class SwaMetadata:
     prefill_left_visible: Array | None  # [num_tokens] int32 (image path only)
     prefill_right_visible: Array | None  # [num_tokens] int32 (image path only)
     prefill_gather_lens: Array | None  # [num_prefills] int32
+    replay_start: Array  # [num_reqs] int32, zeros when the build had no replay_start
+    flashinfer_decode_topk_lens: Array | None  # [num_decode_tokens] int32, non-causal steps
+    flashinfer_decode_seq_lens: Array | None  # [num_decode_tokens] int32, non-causal steps
     prefill_seq_lens_cpu: Array | None  # [num_prefills] int32, host
     prefill_query_lens_cpu: Array | None  # [num_prefills] int32, host
     prefill_seq_lens: Array | None  # seq_lens[num_decodes:]
@@ -163,18 +169,44 @@ class MetadataBuilder:
         query_start_loc_cpu: Array | None = None,
         seq_lens_cpu: Array | None = None,
         *,
+        replay_start: Array | None = None,
         stream: Stream = None,
-    ) -> SwaMetadata: ...
+    ) -> SwaMetadata:
+        """replay_start: [num_reqs] int32 beside the arrays, 0 <= replay_start[r] <= the
+        request's prefix (SWA bounded replay); None = zeros."""
+    @staticmethod
+    def build_groups(
+        builders: Sequence[MetadataBuilder],
+        query_start_loc: Array,
+        seq_lens: Array,
+        block_tables: Sequence[Array],
+        slot_mappings: Sequence[Array],
+        causal: bool = True,
+        image_spans: ImageSpans | None = None,
+        query_start_loc_cpu: Array | None = None,
+        seq_lens_cpu: Array | None = None,
+        *,
+        replay_starts: Sequence[Array | None] | None = None,
+        stream: Stream = None,
+    ) -> list[SwaMetadata]:
+        """Several KV-cache groups of one step: entry g is builders[g].build(...,
+        block_tables[g], slot_mappings[g], replay_start=replay_starts[g]); all checked before any
+        is written, one kernel launch on cuda arrays."""
     def update_draft_decode_metadata(
         self,
         metadata: SwaMetadata,
         *,
         seq_lens: Array | None = None,
         block_table: Array | None = None,
+        slot_mapping: Array | None = None,
+        query_start_loc: Array | None = None,
         query_start_loc_cpu: Array | None = None,
         seq_lens_cpu: Array | None = None,
         stream: Stream = None,
-    ) -> None: ...
+    ) -> None:
+        """Validity from slot_mapping, the decode tokens' requests from query_start_loc
+        (padding: the last request), decode rows in the build's mode with its replay_start.
+        None = the build's array; the *_cpu host copies are not read."""
     def update_draft_decode_rows(
         self,
         metadata: SwaMetadata,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "batch_arrays.h"
@@ -28,6 +29,8 @@ Status argument_names(const Status& status) {
 }
 
 class PyMetadataBuilder {
+  struct BackendState;  // one backend's builder, its build count and stream (below)
+
  public:
   PyMetadataBuilder(nb::handle config, nb::handle device, nb::handle cuda_stream,
                     nb::object tile_sched_factory)
@@ -52,29 +55,64 @@ class PyMetadataBuilder {
     }
   }
 
-  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
-                   nb::handle stream) {
-    const ImportedBatch batch = import_batch(objects);
-    BackendState& b = backend_at(batch.place);
-    use_stream(b, batch, objects, stream);
-    spans_ = image_spans_from_python(image_spans);
-    BatchInput input = batch.input;
-    input.image_spans = spans_;
+  // A build's arguments imported and checked, the backend chosen and on the call's stream.
+  struct PreparedBuild {
+    ImportedBatch batch;
+    BackendState* state = nullptr;
+    BatchInput input;
+    InputArray replay;  // kept alive until the build returns: the builder copies it
+    BatchObjects objects;
+  };
 
+  PreparedBuild prepare(BatchObjects objects, nb::handle image_spans, nb::handle replay_start,
+                        nb::handle stream, std::string_view replay_name = "replay_start") {
+    PreparedBuild p;
+    p.batch = import_batch(objects);
+    p.state = &backend_at(p.batch.place);
+    use_stream(*p.state, p.batch, objects, stream);
+    spans_ = image_spans_from_python(image_spans);
+    p.input = p.batch.input;
+    p.input.image_spans = spans_;
+    if (!replay_start.is_none()) {
+      p.replay = import_array(replay_start, replay_name);
+      expect_place(p.replay, replay_name, p.batch.place, "like query_start_loc");
+      p.input.replay_start = int32_vector(p.replay, replay_name);
+      if (p.input.replay_start.size() != p.input.seq_lens.size()) {
+        // An empty array would read as "not given": name the length here.
+        raise_value_error(str_cat(replay_name, ": expected num_reqs = ", p.input.seq_lens.size(),
+                                  " entries (one per request; None for no replay), got ",
+                                  p.input.replay_start.size()));
+      }
+    }
+    p.objects = std::move(objects);
+    return p;
+  }
+
+  // The metadata of a prepared build that `md` now holds.
+  PyMetadata finish(nb::handle self, PreparedBuild& p, const SwaMetadata& md) {
+    BackendState& b = *p.state;
     PyMetadata out;
-    throw_if_error(argument_names(b.impl->build(input, &out.md)));
+    out.md = md;
     out.generation = ++*b.generation;
     out.backend_generation = b.generation;
     out.builder = nb::borrow(self);
     out.impl = b.impl.get();
     out.block_size = config_.block_size;
-    out.place = batch.place;
+    out.place = p.batch.place;
     out.cuda_stream = cuda_stream_;
-    out.device_framework = batch.device_framework;
-    out.host_framework = batch.host_framework;
-    out.inputs = std::move(objects);
+    out.device_framework = p.batch.device_framework;
+    out.host_framework = p.batch.host_framework;
+    out.inputs = std::move(p.objects);
     refresh_tile_sched(out);
     return out;
+  }
+
+  PyMetadata build(nb::handle self, BatchObjects objects, nb::handle image_spans,
+                   nb::handle replay_start, nb::handle stream) {
+    PreparedBuild p = prepare(std::move(objects), image_spans, replay_start, stream);
+    SwaMetadata md;
+    throw_if_error(argument_names(p.state->impl->build(p.input, &md)));
+    return finish(self, p, md);
   }
 
   void update_draft(nb::handle self, PyMetadata& md, BatchObjects objects, nb::handle stream) {
@@ -205,6 +243,65 @@ nb::object or_default(nb::object given, const nb::object& fallback) {
   return given.is_none() ? fallback : given;
 }
 
+// The list argument `name` (a list or tuple) with n entries.
+nb::sequence list_of(nb::handle obj, const char* name, size_t n) {
+  if (!PyList_Check(obj.ptr()) && !PyTuple_Check(obj.ptr())) {
+    raise_value_error(str_cat(name, ": expected a list, got ", type_name_of(obj)));
+  }
+  if (nb::len(obj) != n) {
+    raise_value_error(
+        str_cat(name, ": expected one entry per builder (", n, "), got ", nb::len(obj)));
+  }
+  return nb::borrow<nb::sequence>(obj);
+}
+
+// MetadataBuilder.build_groups: every group's build, checked all before any is written, one
+// launch on the CUDA backend (docs/design.md#one-build-for-several-groups).
+nb::list build_groups(nb::handle builders, nb::object qsl, nb::object seq, nb::handle block_tables,
+                      nb::handle slot_mappings, nb::handle causal, nb::handle image_spans,
+                      nb::object qsl_cpu, nb::object seq_cpu, nb::handle replay_starts,
+                      nb::handle stream) {
+  if (!PyList_Check(builders.ptr()) && !PyTuple_Check(builders.ptr())) {
+    raise_value_error(
+        str_cat("builders: expected a list of MetadataBuilder, got ", type_name_of(builders)));
+  }
+  const size_t n = nb::len(builders);
+  if (n == 0 || n > static_cast<size_t>(kMaxBuildGroups)) {
+    raise_value_error(str_cat("builders: expected 1..", kMaxBuildGroups, " builders, got ", n));
+  }
+  const nb::sequence tables = list_of(block_tables, "block_tables", n);
+  const nb::sequence slots = list_of(slot_mappings, "slot_mappings", n);
+  const bool is_causal = bool_from_python(causal, "causal");
+  std::vector<PyMetadataBuilder*> py(n);
+  std::vector<nb::handle> selves(n);
+  for (size_t g = 0; g < n; ++g) {
+    selves[g] = builders[g];
+    if (!nb::isinstance<PyMetadataBuilder>(selves[g]) || !nb::inst_ready(selves[g])) {
+      raise_value_error(
+          str_cat("builders[", g, "]: expected a MetadataBuilder, got ", describe(selves[g])));
+    }
+    py[g] = &nb::cast<PyMetadataBuilder&>(selves[g]);
+  }
+  std::vector<PyMetadataBuilder::PreparedBuild> prepared;
+  prepared.reserve(n);
+  std::vector<MetadataBuilder*> impls(n);
+  std::vector<BatchInput> inputs(n);
+  for (size_t g = 0; g < n; ++g) {
+    nb::handle replay = nb::none();
+    if (!replay_starts.is_none()) replay = list_of(replay_starts, "replay_starts", n)[g];
+    prepared.push_back(
+        py[g]->prepare(batch_objects(qsl, seq, tables[g], slots[g], is_causal, qsl_cpu, seq_cpu),
+                       image_spans, replay, stream, str_cat("replay_starts[", g, "]")));
+    impls[g] = prepared[g].state->impl.get();
+    inputs[g] = prepared[g].input;
+  }
+  std::vector<SwaMetadata> mds(n);
+  throw_if_error(argument_names(MetadataBuilder::build_groups(impls, inputs, mds)));
+  nb::list out;
+  for (size_t g = 0; g < n; ++g) out.append(py[g]->finish(selves[g], prepared[g], mds[g]));
+  return out;
+}
+
 }  // namespace
 
 void bind_builder(nb::module_& m) {
@@ -234,18 +331,18 @@ void bind_builder(nb::module_& m) {
           "build",
           [](nb::handle self, nb::object qsl, nb::object seq, nb::object bt, nb::object slots,
              nb::handle causal, nb::handle image_spans, nb::object qsl_cpu, nb::object seq_cpu,
-             nb::handle stream) {
+             nb::handle replay_start, nb::handle stream) {
             PyMetadataBuilder& b = nb::cast<PyMetadataBuilder&>(self);
             return b.build(self,
                            batch_objects(qsl, seq, bt, slots, bool_from_python(causal, "causal"),
                                          qsl_cpu, seq_cpu),
-                           image_spans, stream);
+                           image_spans, replay_start, stream);
           },
           nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
-          nb::kw_only(), nb::arg("stream") = nb::none(),
+          nb::kw_only(), nb::arg("replay_start") = nb::none(), nb::arg("stream") = nb::none(),
           "Builds one step's metadata (decode requests first, as the scheduler orders them).\n\n"
           "query_start_loc: [num_reqs + 1] int32, 0 first, non-decreasing.\n"
           "seq_lens: [num_reqs] int32, context + query tokens after this step.\n"
@@ -255,6 +352,11 @@ void bind_builder(nb::module_& m) {
           "image_spans: {request index: [(start, end), ...]} inclusive absolute positions.\n"
           "query_start_loc_cpu, seq_lens_cpu: host int32 copies of the same lengths, or None;\n"
           "    required with cuda arrays.\n"
+          "replay_start: SWA bounded replay, [num_reqs] int32 beside the batch arrays (same\n"
+          "    device): the first position of each request with window KV, 0 <= replay_start[r]\n"
+          "    <= seq_lens[r] - query_len. Causal rows start no earlier and prefill gather lens\n"
+          "    shrink; DSpark non-causal rows ignore it. None = zeros (metadata.replay_start\n"
+          "    is then zeros).\n"
           "stream: the CUDA stream this build enqueues on: None = torch's current stream for\n"
           "    torch tensors, else the builder's cuda_stream; an int (cudaStream_t) or an object\n"
           "    with .cuda_stream or __cuda_stream__(). Ignored on the host.\n\n"
@@ -262,26 +364,49 @@ void bind_builder(nb::module_& m) {
           "this build has none). Arrays are taken without copies: dtype, rank, layout and\n"
           "device mismatches raise ValueError naming the argument, as do invalid values.\n"
           "The result's arrays alias this builder's buffers until its next build().")
+      .def_static("build_groups", &build_groups, nb::arg("builders").none(),
+                  nb::arg("query_start_loc").none(), nb::arg("seq_lens").none(),
+                  nb::arg("block_tables").none(), nb::arg("slot_mappings").none(),
+                  nb::arg("causal").none() = true, nb::arg("image_spans") = nb::none(),
+                  nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
+                  nb::kw_only(), nb::arg("replay_starts") = nb::none(),
+                  nb::arg("stream") = nb::none(),
+                  "One step's metadata for several KV-cache groups: a list whose entry g is\n"
+                  "builders[g].build(query_start_loc, seq_lens, block_tables[g],\n"
+                  "slot_mappings[g], ..., replay_start=replay_starts[g]), bit for bit. Every\n"
+                  "group is checked before any is written; on cuda arrays all groups are\n"
+                  "written by one kernel launch, on the call's stream. builders: 1..8 distinct\n"
+                  "MetadataBuilders (their configs may differ in window, block size, ...).\n"
+                  "block_tables, slot_mappings: one array per builder (the same object may\n"
+                  "repeat). replay_starts: None, or one array or None per builder. Each\n"
+                  "result belongs to its builder (builders[g].update_draft_decode_metadata).")
       .def(
           "update_draft_decode_metadata",
-          [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt,
-             nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
+          [](nb::handle self, nb::handle metadata, nb::object seq, nb::object bt, nb::object slots,
+             nb::object qsl, nb::object qsl_cpu, nb::object seq_cpu, nb::handle stream) {
             PyMetadata& md = metadata_from(metadata);
             const BatchObjects& in = md.inputs;
             BatchObjects objects = batch_objects(
-                in.query_start_loc, or_default(seq, in.seq_lens), or_default(bt, in.block_table),
-                in.slot_mapping, in.causal, or_default(qsl_cpu, in.query_start_loc_cpu),
-                or_default(seq_cpu, in.seq_lens_cpu));
+                or_default(qsl, in.query_start_loc), or_default(seq, in.seq_lens),
+                or_default(bt, in.block_table), or_default(slots, in.slot_mapping), in.causal,
+                or_default(qsl_cpu, in.query_start_loc_cpu), or_default(seq_cpu, in.seq_lens_cpu));
             nb::cast<PyMetadataBuilder&>(self).update_draft(self, md, std::move(objects), stream);
           },
           nb::arg("metadata").none(), nb::kw_only(), nb::arg("seq_lens") = nb::none(),
-          nb::arg("block_table") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
+          nb::arg("block_table") = nb::none(), nb::arg("slot_mapping") = nb::none(),
+          nb::arg("query_start_loc") = nb::none(), nb::arg("query_start_loc_cpu") = nb::none(),
           nb::arg("seq_lens_cpu") = nb::none(), nb::arg("stream") = nb::none(),
-          "The reference's update_draft_decode_metadata: after the engine advanced seq_lens\n"
-          "(and possibly block_table) in place, recompute the metadata's decode rows as causal\n"
-          "rows of the logical window W (never the row width). Reads the arrays the metadata\n"
-          "was built from, or the ones given here (seq_lens_cpu is the host copy the CUDA\n"
-          "backend checks with). metadata must be this builder's last build().")
+          "The reference's update_draft_decode_metadata, between the draft loop's steps: after\n"
+          "the engine advanced the arrays in place, recompute is_valid_token from slot_mapping\n"
+          "(every token), token_to_req_indices of the decode tokens from query_start_loc\n"
+          "(padding tokens map to the last request), and the decode rows in the build's mode:\n"
+          "causal rows of the logical window W (never the row width) with the build's\n"
+          "replay_start, or DSpark non-causal rows for a non-causal build. The FlashInfer\n"
+          "decode lens are refreshed when the build wrote them. Each array is the one given\n"
+          "here or, for None, the one the metadata was built from. The arrays are\n"
+          "authoritative: the host copies (query_start_loc_cpu, seq_lens_cpu) are not read\n"
+          "and may still hold the build's values. metadata must be this builder's last\n"
+          "build().")
       .def(
           "update_draft_decode_rows",
           [](nb::handle self, nb::handle metadata, nb::object qsl, nb::object seq, nb::object bt,
@@ -295,18 +420,18 @@ void bind_builder(nb::module_& m) {
           nb::arg("block_table").none(), nb::arg("slot_mapping").none(),
           nb::arg("query_start_loc_cpu") = nb::none(), nb::arg("seq_lens_cpu") = nb::none(),
           nb::kw_only(), nb::arg("stream") = nb::none(),
-          "update_draft_decode_metadata with every batch array given explicitly.")
+          "update_draft_decode_metadata with the four batch arrays given explicitly.")
       .def_prop_ro(
           "config", [](const PyMetadataBuilder& b) { return b.config(); },
           "A copy of the BuilderConfig.")
       .def_prop_ro(
           "decode_threshold",
           [](const PyMetadataBuilder& b) { return b.derived().decode_threshold; },
-          "theta = 1 + (2 if parallel_drafting else 1) * k.")
+          "theta = 1 + k, plus k with parallel_drafting unless model_runner_v2.")
       .def_prop_ro(
           "prefill_index_width",
           [](const PyMetadataBuilder& b) { return b.derived().prefill_index_width; },
-          "W + max_image_tokens.")
+          "W + max_image_tokens when widen_image_spans, else W.")
       .def_prop_ro(
           "noncausal_index_width",
           [](const PyMetadataBuilder& b) { return b.derived().noncausal_index_width; },

@@ -16,11 +16,20 @@ namespace sparse_swa::python {
 
 namespace {
 
-constexpr std::string_view kFields[] = {
-    "window_size",        "block_size",           "max_num_batched_tokens",
-    "max_num_seqs",       "max_model_len",        "num_speculative_tokens",
-    "speculative_method", "parallel_drafting",    "max_image_tokens",
-    "compress_ratios",    "noncausal_index_width"};
+constexpr std::string_view kFields[] = {"window_size",
+                                        "block_size",
+                                        "max_num_batched_tokens",
+                                        "max_num_seqs",
+                                        "max_model_len",
+                                        "num_speculative_tokens",
+                                        "speculative_method",
+                                        "parallel_drafting",
+                                        "model_runner_v2",
+                                        "max_image_tokens",
+                                        "widen_image_spans",
+                                        "compress_ratios",
+                                        "noncausal_index_width",
+                                        "flashinfer_decode_lens"};
 
 // `config: unknown field "windw_size" (did you mean "window_size"? expected one of ...)`, the
 // batch-file reader's message for the same mistake.
@@ -71,6 +80,12 @@ void set_field(BuilderConfig& c, const std::string& name, nb::handle value) {
     c.speculative_method = to_method(value);
   } else if (name == "parallel_drafting") {
     c.parallel_drafting = bool_from_python(value, field);
+  } else if (name == "model_runner_v2") {
+    c.model_runner_v2 = bool_from_python(value, field);
+  } else if (name == "widen_image_spans") {
+    c.widen_image_spans = bool_from_python(value, field);
+  } else if (name == "flashinfer_decode_lens") {
+    c.flashinfer_decode_lens = bool_from_python(value, field);
   } else if (name == "max_image_tokens") {
     c.max_image_tokens = int32_from_python(value, field);
   } else if (name == "compress_ratios") {
@@ -115,6 +130,9 @@ nb::dict config_to_dict(const BuilderConfig& c) {
   d["max_image_tokens"] = c.max_image_tokens;
   d["compress_ratios"] = nb::cast(c.compress_ratios);
   d["noncausal_index_width"] = c.noncausal_index_width;
+  d["model_runner_v2"] = c.model_runner_v2;
+  d["widen_image_spans"] = c.widen_image_spans;
+  d["flashinfer_decode_lens"] = c.flashinfer_decode_lens;
   return d;
 }
 
@@ -177,14 +195,23 @@ void bind_config(nb::module_& m) {
       },
       "\"none\", \"mtp\" or \"dspark\".");
   def_field(cls, "parallel_drafting", &BuilderConfig::parallel_drafting,
-            "theta = 1 + 2k instead of 1 + k; needs a speculative method.");
+            "theta = 1 + 2k instead of 1 + k (model runner V1); needs a speculative method.");
+  def_field(cls, "model_runner_v2", &BuilderConfig::model_runner_v2,
+            "The engine runs model runner V2: theta = 1 + k even with parallel_drafting.");
   def_field(cls, "max_image_tokens", &BuilderConfig::max_image_tokens,
-            "Mi >= 0; vision checkpoints widen prefill rows to W + Mi.");
+            "Mi >= 0, the longest image span; widening vision checkpoints have prefill rows\n"
+            "of W + Mi.");
+  def_field(cls, "widen_image_spans", &BuilderConfig::widen_image_spans,
+            "True (DeepSeek-V4 vision): image spans widen prefill windows. False\n"
+            "(DeepSeek-V4.1 vision): plain causal windows of width W; image spans are ignored.");
   def_field(cls, "compress_ratios", &BuilderConfig::compress_ratios,
             "Each in {1, 2, 4, 128}; empty means [1].");
   def_field(cls, "noncausal_index_width", &BuilderConfig::noncausal_index_width,
             "DSpark non-causal row width; 0 derives it. Set it from a consumer's dispatch\n"
             "policy with sparse_swa.dispatch.choose_noncausal_width; must be >= W + theta.");
+  def_field(cls, "flashinfer_decode_lens", &BuilderConfig::flashinfer_decode_lens,
+            "Write flashinfer_decode_topk_lens / flashinfer_decode_seq_lens on non-causal\n"
+            "(DSpark) steps, the FlashInfer DSpark decode's per-token lens.");
 }
 
 }  // namespace sparse_swa::python

@@ -26,10 +26,13 @@ struct Window {
 };
 
 // Causal window of the token at `pos`, widened by in-image visibility (left, right >= 0):
-// it starts up to max(left - (W - 1), 0) positions earlier and ends `right` positions later.
-SPARSE_SWA_HD Window causal_window(int32_t pos, int32_t window, int32_t left, int32_t right) {
+// it starts up to max(left - (W - 1), 0) positions earlier and ends `right` positions later,
+// and never before the request's replay_start (SWA bounded replay: no window KV below it; 0 =
+// no replay).
+SPARSE_SWA_HD Window causal_window(int32_t pos, int32_t window, int32_t left, int32_t right,
+                                   int32_t replay_start = 0) {
   const int32_t left_add = max32(left - (window - 1), 0);
-  return {max32(pos - (window - 1) - left_add, 0), pos + right + 1};
+  return {max32(max32(pos - (window - 1) - left_add, 0), replay_start), pos + right + 1};
 }
 
 // DSpark non-causal draft window: the W context tokens strictly before the draft block plus
@@ -62,9 +65,11 @@ SPARSE_SWA_HD void image_visibility(int32_t pos, const int32_t* span_starts,
   *right = r;
 }
 
-// Trailing SWA tokens the prefill path gathers for one request: ql + min(prefix, W - 1).
-SPARSE_SWA_HD int32_t gather_len(int32_t query_len, int32_t prefix_len, int32_t window) {
-  return query_len + min32(prefix_len, window - 1);
+// Trailing SWA tokens the prefill path gathers for one request:
+// ql + min(max(prefix - replay_start, 0), W - 1) (context below replay_start has no window KV).
+SPARSE_SWA_HD int32_t gather_len(int32_t query_len, int32_t prefix_len, int32_t window,
+                                 int32_t replay_start) {
+  return query_len + min32(max32(prefix_len - replay_start, 0), window - 1);
 }
 
 // Absolute position of token t of request r, clamped to int32. Only CUDA-graph padding tokens
@@ -90,6 +95,16 @@ SPARSE_SWA_HD int32_t token_request(const int32_t* query_start_loc, int32_t num_
     }
   }
   return lo;
+}
+
+// The draft update's request of token t: token_request for real tokens, and the last request
+// (num_reqs - 1; 0 without requests) for CUDA-graph padding tokens, whose padding may differ
+// from the dummy batch a captured graph was built with.
+SPARSE_SWA_HD int32_t draft_token_request(const int32_t* query_start_loc, int32_t num_reqs,
+                                          int32_t t) {
+  if (num_reqs <= 0) return 0;
+  if (t >= query_start_loc[num_reqs]) return num_reqs - 1;
+  return token_request(query_start_loc, num_reqs, t);
 }
 
 }  // namespace sparse_swa::formulas

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "backend.h"
@@ -30,19 +31,27 @@ class CudaBuilderRows final : public BuilderRows {
   Status allocate();
   void add_owned_buffers(OwnedBuffers* owned) const override;
   Status write_rows(const BatchInput& batch, const RowsPlan& plan, SwaMetadata* md) override;
+  Status write_rows_groups(std::span<BuilderRows* const> rows, std::span<const BatchInput> batches,
+                           std::span<const RowsPlan> plans, std::span<SwaMetadata> mds) override;
   Status update_decode_rows(const BatchInput& batch, const DraftUpdateRecord& last) override;
   Status take_device_error() override;
   void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void* stream() const override { return stream_; }
   Status poison(uint8_t byte) override;
 
  private:
   MetadataKernelParams base_params(const BatchInput& b) const;
+  // A build's kernel parameters (the spans staged), `md`'s views and the draft update's record;
+  // the caller launches. *launch: whether the step has work for the kernel.
+  Status prepare_build(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md,
+                       MetadataKernelParams* params, bool* launch);
   // Uploads the host span CSR (through a pinned staging buffer) for the kernel.
   Status stage_spans(const BatchInput& b, const SpanCsr& csr, MetadataKernelParams* params);
 
   const BuilderConfig config_;
   const DerivedConfig derived_;
   cudaStream_t stream_;
+  int device_ = 0;  // where the buffers live
   MetadataKernelLauncher launcher_;
   int32_t last_decode_query_len_ = 0;   // the last build's hint, reused by the draft update
   DeviceBuffer<int32_t> token_to_req_;  // [max_tokens]
@@ -62,12 +71,16 @@ class CudaBuilderRows final : public BuilderRows {
   PinnedBuffer<int32_t> staging_[2];
   cudaEvent_t staging_done_[2] = {nullptr, nullptr};
   int next_staging_ = 0;
+  DeviceBuffer<int32_t> replay_start_;  // [max_seqs], exported
+  DeviceBuffer<int32_t> fi_topk_lens_;  // [max_tokens] (config.flashinfer_decode_lens)
+  DeviceBuffer<int32_t> fi_seq_lens_;   // [max_tokens] (config.flashinfer_decode_lens)
   // The last build, for update_decode_rows, where the caller cannot write it: its decode rows,
-  // and on the device its spans and decode tokens' validity (written by the build's kernel; see
-  // MetadataKernelParams).
+  // whether it was given a replay_start and wrote the FlashInfer lens, and on the device its
+  // replay_start (written by the build's kernel).
   int32_t* build_decode_rows_ = nullptr;
-  DeviceBuffer<int32_t> build_query_start_loc_;  // [max_seqs + 1]
-  DeviceBuffer<uint8_t> build_valid_;            // [max_tokens]
+  bool build_replay_given_ = false;
+  bool build_flashinfer_lens_ = false;
+  DeviceBuffer<int32_t> build_replay_start_;  // [max_seqs]
 };
 
 Status CudaBuilderRows::allocate() {
@@ -77,6 +90,7 @@ Status CudaBuilderRows::allocate() {
   const size_t max_seqs = static_cast<size_t>(c.max_num_seqs);
   int device = 0;
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  device_ = device;
   SPARSE_SWA_RETURN_IF_ERROR(
       cuda_status(init_metadata_kernel_launcher(device, &launcher_), "metadata kernel launcher"));
   SPARSE_SWA_RETURN_IF_ERROR(token_to_req_.allocate(max_tokens));
@@ -91,7 +105,7 @@ Status CudaBuilderRows::allocate() {
   SPARSE_SWA_RETURN_IF_ERROR(prefill_lens_.allocate(max_tokens));
   SPARSE_SWA_RETURN_IF_ERROR(gather_lens_.allocate(max_seqs));
   SPARSE_SWA_RETURN_IF_ERROR(error_word_.allocate(1));
-  if (c.max_image_tokens > 0) {
+  if (d.widens_images) {
     const size_t packed = max_seqs + 1 + 2 * max_tokens;
     SPARSE_SWA_RETURN_IF_ERROR(left_visible_.allocate(max_tokens));
     SPARSE_SWA_RETURN_IF_ERROR(right_visible_.allocate(max_tokens));
@@ -102,8 +116,12 @@ Status CudaBuilderRows::allocate() {
           cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming), "cudaEventCreate"));
     }
   }
-  SPARSE_SWA_RETURN_IF_ERROR(build_query_start_loc_.allocate(max_seqs + 1));
-  SPARSE_SWA_RETURN_IF_ERROR(build_valid_.allocate(max_tokens));
+  SPARSE_SWA_RETURN_IF_ERROR(replay_start_.allocate(max_seqs));
+  SPARSE_SWA_RETURN_IF_ERROR(build_replay_start_.allocate(max_seqs));
+  if (c.flashinfer_decode_lens) {
+    SPARSE_SWA_RETURN_IF_ERROR(fi_topk_lens_.allocate(max_tokens));
+    SPARSE_SWA_RETURN_IF_ERROR(fi_seq_lens_.allocate(max_tokens));
+  }
   // Start from the CPU backend's initial state: empty rows, zero lens, no error.
   SPARSE_SWA_RETURN_IF_ERROR(poison(0xff));
   SPARSE_SWA_RETURN_IF_ERROR(cuda_status(
@@ -125,6 +143,9 @@ void CudaBuilderRows::add_owned_buffers(OwnedBuffers* owned) const {
   own(left_visible_, "left_visible");
   own(right_visible_, "right_visible");
   own(gather_lens_, "prefill_gather_lens");
+  own(replay_start_, "replay_start");
+  own(fi_topk_lens_, "flashinfer_decode_topk_lens");
+  own(fi_seq_lens_, "flashinfer_decode_seq_lens");
 }
 
 Status CudaBuilderRows::poison(uint8_t byte) {
@@ -142,6 +163,9 @@ Status CudaBuilderRows::poison(uint8_t byte) {
   SPARSE_SWA_RETURN_IF_ERROR(fill(left_visible_.get(), left_visible_.bytes()));
   SPARSE_SWA_RETURN_IF_ERROR(fill(right_visible_.get(), right_visible_.bytes()));
   SPARSE_SWA_RETURN_IF_ERROR(fill(gather_lens_.get(), gather_lens_.bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(fill(replay_start_.get(), replay_start_.bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(fill(fi_topk_lens_.get(), fi_topk_lens_.bytes()));
+  SPARSE_SWA_RETURN_IF_ERROR(fill(fi_seq_lens_.get(), fi_seq_lens_.bytes()));
   return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
@@ -174,8 +198,6 @@ MetadataKernelParams CudaBuilderRows::base_params(const BatchInput& b) const {
   p.right_visible = right_visible_.get();
   p.gather_lens = gather_lens_.get();
   p.error_word = error_word_.get();
-  p.build_query_start_loc = build_query_start_loc_.get();
-  p.build_valid = build_valid_.get();
   return p;
 }
 
@@ -209,13 +231,15 @@ Status CudaBuilderRows::stage_spans(const BatchInput& b, const SpanCsr& csr,
   return Status::Ok();
 }
 
-Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md) {
+Status CudaBuilderRows::prepare_build(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md,
+                                      MetadataKernelParams* params, bool* launch) {
   const BuilderConfig& c = config_;
   const DerivedConfig& d = derived_;
   const StepSplit& split = plan.split;
   const int32_t num_tokens = b.num_tokens();
 
-  MetadataKernelParams p = base_params(b);
+  MetadataKernelParams& p = *params;
+  p = base_params(b);
   SPARSE_SWA_RETURN_IF_ERROR(stage_spans(b, *plan.spans, &p));
   p.with_image = plan.with_image;
   p.num_decode_tokens = split.num_decode_tokens;
@@ -226,10 +250,17 @@ Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, Sw
   p.noncausal = !b.causal;
   p.decode_rows = p.noncausal ? decode_rows_noncausal_.get() : decode_rows_.get();
   p.decode_width = plan.decode_width;
-  if (num_tokens > 0 || split.num_prefills > 0) {
-    SPARSE_SWA_RETURN_IF_ERROR(
-        cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch"));
+  p.replay_start = b.replay_start.empty() ? nullptr : b.replay_start.data();
+  p.check_replay = p.replay_start != nullptr;
+  p.replay_out = replay_start_.get();
+  p.build_replay = build_replay_start_.get();
+  const bool flashinfer_lens =
+      c.flashinfer_decode_lens && p.noncausal && split.num_decode_tokens > 0;
+  if (flashinfer_lens) {
+    p.flashinfer_topk_lens = fi_topk_lens_.get();
+    p.flashinfer_seq_lens = fi_seq_lens_.get();
   }
+  *launch = num_tokens > 0 || split.num_prefills > 0 || b.num_reqs() > 0;
 
   md->token_to_req_indices = {token_to_req_.get(), static_cast<size_t>(num_tokens)};
   md->is_valid_token = {is_valid_.get(), static_cast<size_t>(num_tokens)};
@@ -243,21 +274,68 @@ Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, Sw
     md->right_visible = {right_visible_.get(), static_cast<size_t>(num_tokens)};
   }
   md->prefill_gather_lens = {gather_lens_.get(), static_cast<size_t>(split.num_prefills)};
+  md->replay_start = {replay_start_.get(), static_cast<size_t>(b.num_reqs())};
+  if (flashinfer_lens) {
+    const size_t td = static_cast<size_t>(split.num_decode_tokens);
+    md->flashinfer_decode_topk_lens = {fi_topk_lens_.get(), td};
+    md->flashinfer_decode_seq_lens = {fi_seq_lens_.get(), td};
+  }
   build_decode_rows_ = p.decode_rows;
+  build_replay_given_ = p.replay_start != nullptr;
+  build_flashinfer_lens_ = flashinfer_lens;
   return Status::Ok();
+}
+
+Status CudaBuilderRows::write_rows(const BatchInput& b, const RowsPlan& plan, SwaMetadata* md) {
+  MetadataKernelParams p;
+  bool launch = false;
+  SPARSE_SWA_RETURN_IF_ERROR(prepare_build(b, plan, md, &p, &launch));
+  if (!launch) return Status::Ok();
+  return cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch");
+}
+
+Status CudaBuilderRows::write_rows_groups(std::span<BuilderRows* const> rows,
+                                          std::span<const BatchInput> batches,
+                                          std::span<const RowsPlan> plans,
+                                          std::span<SwaMetadata> mds) {
+  // Every row's backend is a CudaBuilderRows on this stream (build_groups checked both).
+  for (size_t g = 1; g < rows.size(); ++g) {
+    const int device = static_cast<CudaBuilderRows*>(rows[g])->device_;
+    if (device != device_) {
+      return invalid_argument("builders[", g, "]: expected the CUDA device of builders[0] (",
+                              device_, "; one launch writes every group), got device ", device);
+    }
+  }
+  MetadataGroupParams gp{};
+  gp.num_groups = static_cast<int32_t>(rows.size());
+  bool any = false;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    bool launch = false;
+    SPARSE_SWA_RETURN_IF_ERROR(static_cast<CudaBuilderRows*>(rows[g])->prepare_build(
+        batches[g], plans[g], &mds[g], &gp.groups[g], &launch));
+    any = any || launch;
+  }
+  if (!any) return Status::Ok();
+  return cuda_status(launch_metadata_groups_kernel(&gp, launcher_, stream_),
+                     "metadata kernel launch (groups)");
 }
 
 Status CudaBuilderRows::update_decode_rows(const BatchInput& b, const DraftUpdateRecord& last) {
   MetadataKernelParams p = base_params(b);
   p.update_only = true;
-  // Tokens map over the build's spans; the kernel checks the batch's device array against them.
-  p.query_start_loc = build_query_start_loc_.get();
-  p.batch_query_start_loc = b.query_start_loc.data();
+  p.noncausal = last.noncausal;
   p.num_decode_tokens = last.num_decode_tokens;
   p.num_decodes = last.num_decodes;
   p.decode_query_len = last_decode_query_len_;
   p.decode_rows = build_decode_rows_;
   p.decode_width = last.decode_width;
+  // The build's replay_start (the batch's is not read), checked against the current arrays.
+  p.replay_start = build_replay_given_ ? build_replay_start_.get() : nullptr;
+  p.check_replay = build_replay_given_;
+  if (build_flashinfer_lens_) {
+    p.flashinfer_topk_lens = fi_topk_lens_.get();
+    p.flashinfer_seq_lens = fi_seq_lens_.get();
+  }
   return cuda_status(launch_metadata_kernel(p, launcher_, stream_), "metadata kernel launch");
 }
 
@@ -282,8 +360,8 @@ Status CudaBuilderRows::take_device_error() {
   add(kDeviceErrorPaddingSlot,
       "a padding token (past query_start_loc[num_reqs]) with a slot != -1");
   add(kDeviceErrorSlotValue, "a slot_mapping value < -1");
-  add(kDeviceErrorDraftSpans,
-      "a draft update's query_start_loc with other spans than the last build's");
+  add(kDeviceErrorReplayStart,
+      "a replay_start outside [0, seq_len - query_len] (the request's cached prefix)");
   return invalid_argument("batch (device arrays): ", what,
                           "; the affected rows were written as invalid (lens 0, all -1)");
 }

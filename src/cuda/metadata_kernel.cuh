@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "sparse_swa/metadata_builder.h"  // kMaxBuildGroups
+
 namespace sparse_swa::detail {
 
 // Bits of the device error word (see MetadataBuilder::take_device_error).
@@ -15,7 +17,7 @@ enum DeviceErrorBits : uint32_t {
   kDeviceErrorSlotOverflow = 1u << 2,
   kDeviceErrorPaddingSlot = 1u << 3,  // a padding token (past query_start_loc[R]) with a slot
   kDeviceErrorSlotValue = 1u << 4,    // a slot_mapping value < -1
-  kDeviceErrorDraftSpans = 1u << 5,   // a draft update's query_start_loc differs from the build's
+  kDeviceErrorReplayStart = 1u << 5,  // a replay_start outside [0, seq_len - query_len]
 };
 
 struct MetadataKernelParams {
@@ -26,6 +28,9 @@ struct MetadataKernelParams {
   int64_t block_table_stride;
   int32_t block_table_cols;
   const int64_t* slot_mapping;  // [num_tokens], -1 = padding
+  // SWA bounded replay, [num_reqs], or null (none: 0): clamps causal rows and gather lens. A
+  // build reads the batch's array; a causal draft update the build's copy (build_replay).
+  const int32_t* replay_start;
   // Image spans, packed: indptr [num_reqs + 1] | starts [num_spans] | ends [num_spans].
   const int32_t* spans;
   int32_t num_spans;
@@ -42,20 +47,13 @@ struct MetadataKernelParams {
   int32_t block_size;
   int32_t block_shift;  // log2(block_size) when it is a power of two, else -1
   int32_t max_image_tokens;
-  bool noncausal;   // decode rows are DSpark non-causal rows
+  bool noncausal;   // decode rows are DSpark non-causal rows (a draft update: the build's mode)
   bool with_image;  // prefill rows are widened by in-image visibility
-  // update_draft_decode_rows: only the first num_decode_tokens causal rows, with the mapping and
-  // validity of the last build (below).
+  // update_draft_decode_rows: validity of every token, then the first num_decode_tokens tokens'
+  // requests (padding: the last request) and rows, from the current device arrays.
   bool update_only;
-
-  // The last build's spans and decode tokens' validity, in builder-private buffers (the exported
-  // token_to_req and is_valid are the caller's to write). A build with decode tokens writes them;
-  // an update maps tokens over them (query_start_loc is then build_query_start_loc) and writes a
-  // token whose span in the batch's own query_start_loc (batch_query_start_loc) differs as
-  // invalid, flagging kDeviceErrorDraftSpans.
-  int32_t* build_query_start_loc;        // [num_reqs + 1]
-  uint8_t* build_valid;                  // [num_decode_tokens]
-  const int32_t* batch_query_start_loc;  // update_only: [num_reqs + 1]
+  // Check replay_start against the arrays (a build given one; an update of such a build).
+  bool check_replay;
 
   // Outputs, device memory (persistent buffers).
   int32_t* token_to_req;  // [num_tokens]
@@ -70,15 +68,35 @@ struct MetadataKernelParams {
   int32_t* left_visible;   // [num_tokens] (with_image)
   int32_t* right_visible;  // [num_tokens] (with_image)
   int32_t* gather_lens;    // [num_prefills]
-  uint32_t* error_word;    // DeviceErrorBits, OR-ed
+  // A build: replay_start (or zeros) copied to the exported buffer and the builder's own copy
+  // the draft update reads, [num_reqs] each.
+  int32_t* replay_out;
+  int32_t* build_replay;
+  // The FlashInfer decode lens, [num_decode_tokens] each, or null (not written this step).
+  int32_t* flashinfer_topk_lens;
+  int32_t* flashinfer_seq_lens;
+  uint32_t* error_word;  // DeviceErrorBits, OR-ed
 };
+
+// MetadataBuilder::build_groups: several builders' steps in one launch. groups[g] is what group
+// g's own launch would take; the launch fills unit_end (each group's work units follow the
+// previous group's).
+struct MetadataGroupParams {
+  MetadataKernelParams groups[kMaxBuildGroups];
+  int32_t unit_end[kMaxBuildGroups];  // cumulative work units through group g
+  int32_t num_groups;
+};
+
+// Kernel parameters are limited to 4 KiB (the larger limit of newer toolkits is not assumed).
+static_assert(sizeof(MetadataGroupParams) <= 4096, "MetadataGroupParams past the parameter limit");
 
 inline constexpr int kMetadataKernelThreads = 256;
 
-// How the kernel is launched on one device, looked up once (the builder's create()).
+// How the kernels are launched on one device, looked up once (the builder's create()).
 struct MetadataKernelLauncher {
   int resident_blocks = 1;           // SMs x resident blocks per SM (one wave)
-  void* function = nullptr;          // the kernel's CUfunction
+  void* function = nullptr;          // the one-step kernel's CUfunction
+  void* groups_function = nullptr;   // the grouped kernel's CUfunction
   void* cu_launch_kernel = nullptr;  // the driver's cuLaunchKernel; null: launch with <<<>>>
 };
 cudaError_t init_metadata_kernel_launcher(int device, MetadataKernelLauncher* launcher);
@@ -90,5 +108,9 @@ int metadata_kernel_blocks(const MetadataKernelParams& p, int resident_blocks);
 // Enqueues the kernel on `stream`; returns the launch error, if any.
 cudaError_t launch_metadata_kernel(const MetadataKernelParams& p,
                                    const MetadataKernelLauncher& launcher, cudaStream_t stream);
+// The same for gp.num_groups steps in one launch (fills gp.unit_end).
+cudaError_t launch_metadata_groups_kernel(MetadataGroupParams* gp,
+                                          const MetadataKernelLauncher& launcher,
+                                          cudaStream_t stream);
 
 }  // namespace sparse_swa::detail

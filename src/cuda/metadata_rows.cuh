@@ -16,30 +16,34 @@ __device__ inline void flag(const MetadataKernelParams& p, uint32_t bit) {
   atomicOr(p.error_word, bit);
 }
 
-// The request of a token, with its query range [query_start, query_end) and seq_len.
+// The request of a token, with its query range [query_start, query_end), seq_len and replay
+// start (0 without p.replay_start).
 struct TokenRequest {
   int32_t r = 0;
   int32_t query_start = 0;
   int32_t query_end = 0;
   int32_t seq_len = 0;
+  int32_t replay = 0;
 };
 
 // Candidates r in [lo, hi), 0 < hi - lo <= 32, hi <= num_reqs: lane i loads request lo + i's
-// query range and seq_len, all in one round of loads, and the warp picks the last r with
-// qsl[r] <= t. Returns whether t lies in [qsl[lo], qsl[r + 1]), which makes r the answer over all
-// requests (for non-decreasing qsl). All 32 lanes must call it; all get the same result.
+// query range, seq_len and replay start, all in one round of loads, and the warp picks the last r
+// with qsl[r] <= t. Returns whether t lies in [qsl[lo], qsl[r + 1]), which makes r the answer over
+// all requests (for non-decreasing qsl). All 32 lanes must call it; all get the same result.
 __device__ inline bool find_among(const MetadataKernelParams& p, int32_t t, int32_t lo, int32_t hi,
                                   int lane, TokenRequest* out) {
   const int32_t i = min(lo + lane, hi - 1);
   const int32_t qs = __ldg(p.query_start_loc + i);
   const int32_t qe = __ldg(p.query_start_loc + i + 1);
   const int32_t seq = __ldg(p.seq_lens + i);
+  const int32_t replay = p.replay_start != nullptr ? p.replay_start[i] : 0;
   const unsigned below = __ballot_sync(kFullWarpMask, lo + lane < hi && qs <= t);
   const int k = below == 0 ? 0 : 31 - __clz(below);
   out->r = lo + k;
   out->query_start = __shfl_sync(kFullWarpMask, qs, k);
   out->query_end = __shfl_sync(kFullWarpMask, qe, k);
   out->seq_len = __shfl_sync(kFullWarpMask, seq, k);
+  out->replay = __shfl_sync(kFullWarpMask, replay, k);
   return (below & 1u) != 0 && t < out->query_end;
 }
 

@@ -433,7 +433,7 @@ TEST(BatchJsonParse, UnknownFieldsAreErrorsNamingTheNearestKey) {
       {"config", "vision_n_layers", "config: unknown field \"vision_n_layers\" (expected one of "},
       {"batch", "slot_maping",
        "batch: unknown field \"slot_maping\" (did you mean \"slot_mapping\"? expected one of "
-       "query_start_loc, seq_lens, block_table, slot_mapping, causal, image_spans)"},
+       "query_start_loc, seq_lens, block_table, slot_mapping, causal, image_spans, replay_start)"},
       {"chunk", "chunksize",
        "chunk_plan_requests[0]: unknown field \"chunksize\" (did you mean \"chunk_size\"?"},
   };
@@ -448,8 +448,8 @@ TEST(BatchJsonParse, UnknownFieldsAreErrorsNamingTheNearestKey) {
   Json doc = base_doc();
   doc["config"][std::string(500, 'k')] = 1;
   auto file = parse_batch_file(doc.dump());
-  EXPECT_TRUE(testing::IsInvalidArgument(file.status(),
-                                         {"(truncated) (expected one of", "compress_ratios)"}));
+  EXPECT_TRUE(testing::IsInvalidArgument(
+      file.status(), {"(truncated) (expected one of", "flashinfer_decode_lens, compress_ratios)"}));
 }
 
 TEST(BatchJsonParse, ImageSpansSortedByRequestThenFileOrder) {
@@ -576,6 +576,48 @@ TEST(DumpPythonStyle, MatchesJsonDumpsSeparatorsAndEscapes) {
   EXPECT_EQ(dump_python_style(v),
             "{\"b\": [1, -2, []], \"a\": null, \"t\": true, \"s\": \"caf\\u00e9 \\\"q\\\"\", "
             "\"o\": {}}");
+}
+
+// The fields of vLLM 0.33's rules (docs/semantics.md#batch-files): read, strictly typed,
+// written back only when they differ from the default, and replay_start printed when given.
+TEST(BatchJsonNewerFields, ReadWrittenAndTyped) {
+  Json doc = base_doc();
+  doc["config"]["model_runner_v2"] = true;
+  doc["config"]["widen_image_spans"] = false;
+  doc["config"]["flashinfer_decode_lens"] = true;
+  doc["batch"]["replay_start"] = {0, 2, 5};
+  auto file = parse_batch_file(doc.dump());
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_TRUE(file->config.model_runner_v2);
+  EXPECT_FALSE(file->config.widen_image_spans);
+  EXPECT_TRUE(file->config.flashinfer_decode_lens);
+  EXPECT_EQ(file->replay_start, (std::vector<int32_t>{0, 2, 5}));
+  const nlohmann::ordered_json written = batch_file_to_json(file.value());
+  EXPECT_EQ(written["config"]["model_runner_v2"], true);
+  EXPECT_EQ(written["batch"]["replay_start"], Json({0, 2, 5}));
+  auto again = parse_batch_file(written.dump());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(batch_file_to_json(again.value()), written);
+  auto out = build_json(file.value());
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(Json::parse(out->dump())["replay_start"], Json({0, 2, 5}));
+  // Without them: the reference's keys only, none of the new ones written.
+  auto plain = parse_batch_file(base_doc().dump());
+  ASSERT_TRUE(plain.ok());
+  const nlohmann::ordered_json plain_written = batch_file_to_json(plain.value());
+  EXPECT_FALSE(plain_written["config"].contains("model_runner_v2"));
+  EXPECT_FALSE(plain_written["batch"].contains("replay_start"));
+  EXPECT_FALSE(Json::parse(build_json(plain.value())->dump()).contains("replay_start"));
+
+  doc = base_doc();
+  doc["config"]["model_runner_v2"] = 1;
+  EXPECT_EQ(parse_message(doc), "config.model_runner_v2: expected true or false, got 1");
+  doc = base_doc();
+  doc["batch"]["replay_start"] = {0, "2", 5};
+  EXPECT_EQ(parse_message(doc), "batch.replay_start[1]: expected an integer, got \"2\"");
+  doc = base_doc();
+  doc["batch"]["replay_start"] = 3;
+  EXPECT_EQ(parse_message(doc), "batch.replay_start: expected an array, got 3");
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ class DeviceBatch {
     put(&seq_, host_input_.seq_lens.data(), host_input_.seq_lens.size());
     put(&bt_, bt.data, static_cast<size_t>(bt.rows * bt.stride));
     put(&slots_, host_input_.slot_mapping.data(), host_input_.slot_mapping.size());
+    if (!host_input_.replay_start.empty()) {
+      put(&replay_, host_input_.replay_start.data(), host_input_.replay_start.size());
+    }
   }
 
   BatchInput input() const {
@@ -68,17 +71,22 @@ class DeviceBatch {
     in.block_table.data = bt_.get();
     in.block_table.space = MemorySpace::kDevice;
     in.slot_mapping = {slots_.get(), host_input_.slot_mapping.size()};
+    if (!host_input_.replay_start.empty()) {
+      in.replay_start = {replay_.get(), host_input_.replay_start.size()};
+    }
     in.query_start_loc_host = host_input_.query_start_loc;
     in.seq_lens_host = host_input_.seq_lens;
     return in;
   }
   int32_t* device_qsl() { return qsl_.get(); }
   int32_t* device_seq_lens() { return seq_.get(); }
+  int64_t* device_slots() { return slots_.get(); }
+  int32_t* device_replay_start() { return replay_.get(); }
 
  private:
   const TestBatch& host_;
   BatchInput host_input_;
-  detail::DeviceBuffer<int32_t> qsl_, seq_, bt_;
+  detail::DeviceBuffer<int32_t> qsl_, seq_, bt_, replay_;
   detail::DeviceBuffer<int64_t> slots_;
 };
 
@@ -111,8 +119,9 @@ int env_int(const char* name, int fallback) {
 TEST(CudaBuilder, MatchesCpuBitwiseOnRandomBatches) {
   SKIP_WITHOUT_GPU();
   const int cases = env_int("SPARSE_SWA_DIFF_CASES", 10000);
-  RandomBatch gen(20261129);
-  int compared_rows = 0;
+  // Replay in about a third of the batches, the newer config switches drawn.
+  RandomBatch gen(20261129, testing::builder_test_options());
+  int compared_rows = 0, replayed = 0;
   for (int i = 0; i < cases; ++i) {
     testing::RandomCase c = gen.next();
     SCOPED_TRACE(c.describe());
@@ -134,8 +143,11 @@ TEST(CudaBuilder, MatchesCpuBitwiseOnRandomBatches) {
                 lens_tail(md_gpu, c.config.max_num_batched_tokens, true));
     }
     compared_rows += md_cpu.num_tokens;
+    replayed += md_cpu.replay_start_given;
   }
-  std::printf("compared %d batches, %d rows\n", cases, compared_rows);
+  std::printf("compared %d batches (%d with replay_start), %d rows\n", cases, replayed,
+              compared_rows);
+  if (cases >= 100) EXPECT_GT(replayed, cases / 5);
 }
 
 // Advances every decode request by one token in place (the drafting loop): seq_len + 1, the
@@ -189,7 +201,7 @@ TEST(CudaBuilder, GraphReplayAfterInPlaceUpdatesMatchesCpu) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  RandomBatch gen(7);
+  RandomBatch gen(7, testing::builder_test_options());
   for (testing::BatchMode mode : {testing::BatchMode::kMtp, testing::BatchMode::kDsparkNonCausal,
                                   testing::BatchMode::kImage, testing::BatchMode::kMixed}) {
     for (int rep = 0; rep < 5; ++rep) {
@@ -255,12 +267,14 @@ TEST(CudaBuilder, SetCudaStreamMovesLaterBuilds) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
+// The captured update replayed over advanced arrays writes what the CPU update writes: causal
+// rows of W with the build's replay_start, non-causal rows, FlashInfer lens, mapping, validity.
+TEST(CudaBuilder, CapturedDraftUpdateMatchesCpu) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  RandomBatch gen(11);
-  for (int rep = 0; rep < 20; ++rep) {
+  RandomBatch gen(11, testing::builder_test_options());
+  for (int rep = 0; rep < 40; ++rep) {
     testing::RandomCase c =
         gen.next(rep % 2 ? testing::BatchMode::kDsparkNonCausal : testing::BatchMode::kMtp);
     SCOPED_TRACE(c.describe());
@@ -280,6 +294,7 @@ TEST(CudaBuilder, CapturedDraftUpdateUsesLogicalWindow) {
       advance_decodes(&c.batch, md_cpu.num_decodes);
       dev.upload();
       CUDA_OK(graph.replay());
+      ASSERT_TRUE(gpu->take_device_error().ok());
       ASSERT_TRUE(cpu->update_draft_decode_rows(c.batch.input(), &md_cpu).ok());
       ASSERT_EQ(first_difference(testing::snapshot(md_cpu), device_snapshot(md_gpu)), "")
           << "step " << step;
@@ -354,7 +369,9 @@ TestBatch draft_batch() {
   return b;
 }
 
-TEST(CudaBuilder, DraftUpdateWithOtherHostSpansIsRejectedLikeOnTheCpu) {
+// docs/semantics.md#draft-update: the update reads the device arrays; stale host copies (as the
+// build left them) or none at all are accepted, and moved spans are followed as on the CPU.
+TEST(CudaBuilder, DraftUpdateFollowsMovedSpansLikeTheCpu) {
   SKIP_WITHOUT_GPU();
   auto gpu = make(draft_config(), Backend::kCuda);
   auto cpu = make(draft_config(), Backend::kCpu);
@@ -364,23 +381,23 @@ TEST(CudaBuilder, DraftUpdateWithOtherHostSpansIsRejectedLikeOnTheCpu) {
   SwaMetadata md_gpu, md_cpu;
   ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
   ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
-  const MetadataSnapshot before = device_snapshot(md_gpu);
   TestBatch moved = b;
-  moved.query_start_loc = {0, 2, 3, 7};
-  moved.seq_lens = {5, 9, 12};
+  moved.query_start_loc = {0, 2, 2, 7};  // request 0 takes token 1; request 1 empty
   DeviceBatch moved_dev(moved);
-  EXPECT_TRUE(testing::IsInvalidArgument(
-      gpu->update_draft_decode_rows(moved_dev.input(), &md_gpu),
-      {"batch.query_start_loc_host[1]: expected the last build's 1", "got 2"}));
-  EXPECT_TRUE(testing::IsInvalidArgument(
-      cpu->update_draft_decode_rows(moved.input(), &md_cpu),
-      {"batch.query_start_loc[1]: expected the last build's 1", "got 2"}));
-  EXPECT_EQ(first_difference(device_snapshot(md_gpu), before), "");
-  // Without host copies the update is refused before reading anything on the host.
-  BatchInput no_copies = dev.input();
-  no_copies.query_start_loc_host = {};
-  EXPECT_TRUE(testing::IsInvalidArgument(gpu->update_draft_decode_rows(no_copies, &md_gpu),
-                                         {"the CUDA backend needs host copies"}));
+  BatchInput in = moved_dev.input();
+  in.query_start_loc_host = b.query_start_loc;  // the build's: not read
+  ASSERT_TRUE(gpu->update_draft_decode_rows(in, &md_gpu).ok());
+  ASSERT_TRUE(cpu->update_draft_decode_rows(moved.input(), &md_cpu).ok());
+  EXPECT_TRUE(gpu->take_device_error().ok());
+  const MetadataSnapshot a = testing::snapshot(md_cpu);
+  EXPECT_EQ(a.ints("token_to_req_indices"), (std::vector<int32_t>{0, 0, 2, 2, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(first_difference(a, device_snapshot(md_gpu)), "");
+  // Without host copies too.
+  in.query_start_loc_host = {};
+  in.seq_lens_host = {};
+  ASSERT_TRUE(gpu->update_draft_decode_rows(in, &md_gpu).ok());
+  EXPECT_TRUE(gpu->take_device_error().ok());
+  EXPECT_EQ(first_difference(a, device_snapshot(md_gpu)), "");
   // Metadata counts edited by the caller are refused as on the CPU.
   SwaMetadata edited = md_gpu;
   edited.num_decode_tokens = edited.decode_swa.rows = 16;
@@ -390,32 +407,39 @@ TEST(CudaBuilder, DraftUpdateWithOtherHostSpansIsRejectedLikeOnTheCpu) {
                                           "build's 9"}));
 }
 
-TEST(CudaBuilder, DraftUpdateWithOtherDeviceSpansIsMaskedAndReported) {
+// A graph captured over a dummy batch's update and replayed over another padding: the padding
+// tokens map to the last request, validity follows the device slot_mapping.
+TEST(CudaBuilder, CapturedDraftUpdateReadsTheDeviceQueryStartLocAndSlots) {
   SKIP_WITHOUT_GPU();
-  auto gpu = make(draft_config(), Backend::kCuda);
-  ASSERT_TRUE(gpu);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto gpu = make(draft_config(), Backend::kCuda, stream);
+  auto cpu = make(draft_config(), Backend::kCpu);
+  ASSERT_TRUE(gpu && cpu);
   TestBatch b = draft_batch();
   DeviceBatch dev(b);
-  SwaMetadata md;
-  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
-  ASSERT_TRUE(gpu->take_device_error().ok());
-  // The device query_start_loc moves request 1's span; the host copy still says the build's.
-  const int32_t moved[] = {0, 2};
-  CUDA_OK(cudaMemcpy(dev.device_qsl(), moved, sizeof(moved), cudaMemcpyHostToDevice));
-  ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md).ok());
-  const Status st = gpu->take_device_error();
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("a draft update's query_start_loc with other spans"),
-            std::string::npos)
-      << st.message();
-  // Tokens 0 and 1 (requests 0 and 1, whose spans moved) are written invalid; request 2 as built.
-  const MetadataSnapshot s = device_snapshot(md);
-  EXPECT_EQ(s.ints("decode_swa.lens"), (std::vector<int32_t>{0, 0, 8, 8, 0, 8, 8, 0, 0}));
-  const std::vector<int32_t> rows = s.ints("decode_swa.rows");
-  EXPECT_EQ(std::vector<int32_t>(rows.begin(), rows.begin() + 16), std::vector<int32_t>(16, -1));
+  SwaMetadata md_gpu, md_cpu;
+  ASSERT_TRUE(gpu->build(dev.input(), &md_gpu).ok());
+  ASSERT_TRUE(cpu->build(b.input(), &md_cpu).ok());
+  CapturedGraph graph(stream, [&] { return gpu->update_draft_decode_rows(dev.input(), &md_gpu); });
+  ASSERT_TRUE(graph.status().ok()) << graph.status().to_string();
+  // Request 2 shrinks to 3 tokens: tokens 5 and 6 turn padding (slot -1).
+  b.query_start_loc = {0, 1, 2, 5};
+  b.seq_lens = {5, 9, 10};
+  b.slot_mapping[5] = b.slot_mapping[6] = -1;
+  dev.upload();
+  CUDA_OK(graph.replay());
+  EXPECT_TRUE(gpu->take_device_error().ok());
+  ASSERT_TRUE(cpu->update_draft_decode_rows(b.input(), &md_cpu).ok());
+  const MetadataSnapshot a = testing::snapshot(md_cpu);
+  EXPECT_EQ(a.ints("token_to_req_indices"), (std::vector<int32_t>{0, 1, 2, 2, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(a.ints("decode_swa.lens"), (std::vector<int32_t>{5, 8, 8, 8, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(first_difference(a, device_snapshot(md_gpu)), "");
+  gpu.reset();
+  CUDA_OK(cudaStreamDestroy(stream));
 }
 
-TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
+TEST(CudaBuilder, DraftUpdateRecomputesTheExportedMappingAndValidity) {
   SKIP_WITHOUT_GPU();
   auto gpu = make(draft_config(), Backend::kCuda);
   auto cpu = make(draft_config(), Backend::kCpu);
@@ -437,15 +461,35 @@ TEST(CudaBuilder, DraftUpdateIgnoresWritesToTheExportedMappingAndValidity) {
   ASSERT_TRUE(gpu->update_draft_decode_rows(dev.input(), &md_gpu).ok());
   ASSERT_TRUE(cpu->update_draft_decode_rows(b.input(), &md_cpu).ok());
   EXPECT_TRUE(gpu->take_device_error().ok());
-  MetadataSnapshot g = device_snapshot(md_gpu);
-  const MetadataSnapshot a = testing::snapshot(md_cpu);
+  const MetadataSnapshot a = testing::snapshot(md_cpu), g = device_snapshot(md_gpu);
   EXPECT_EQ(a.ints("decode_swa.lens"), (std::vector<int32_t>{6, 8, 8, 8, 0, 8, 8, 0, 0}));
-  // The written arrays stay as written; the rows are the CPU's.
-  EXPECT_EQ(g.ints("token_to_req_indices"), mapping);
-  g.at("token_to_req_indices") = a.at("token_to_req_indices");
-  g.at("is_valid_token") = a.at("is_valid_token");
+  EXPECT_EQ(a.ints("token_to_req_indices"), (std::vector<int32_t>{0, 1, 2, 2, 2, 2, 2, 2, 2}));
   EXPECT_EQ(first_difference(a, g), "");
   EXPECT_NE(first_difference(built, g), "");
+}
+
+// A device replay_start outside [0, prefix] (the host cannot see it): reported through the
+// error word, and no row reads below it or past its token.
+TEST(CudaBuilder, DeviceReplayStartPastThePrefixIsReportedNotFaulted) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make(draft_config(), Backend::kCuda);
+  ASSERT_TRUE(gpu);
+  TestBatch b = draft_batch();
+  b.replay_start = {4, 0, 7};
+  DeviceBatch dev(b);
+  const int32_t bad = 9;  // request 2: prefix 7
+  CUDA_OK(cudaMemcpy(dev.device_replay_start() + 2, &bad, sizeof(bad), cudaMemcpyHostToDevice));
+  SwaMetadata md;
+  ASSERT_TRUE(gpu->build(dev.input(), &md).ok());
+  const Status st = gpu->take_device_error();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("a replay_start outside [0, seq_len - query_len]"), std::string::npos)
+      << st.message();
+  const MetadataSnapshot s = device_snapshot(md);
+  // Request 2's tokens at positions 7, 8 are invalid (start 9 > pos); 9..11 start at 9.
+  EXPECT_EQ(s.ints("decode_swa.lens"), (std::vector<int32_t>{1, 8, 0, 0, 0, 2, 3, 0, 0}));
+  EXPECT_EQ(s.ints("replay_start"), (std::vector<int32_t>{4, 0, 9}));
+  EXPECT_TRUE(gpu->take_device_error().ok());
 }
 
 TEST(CudaBuilder, InputsOverlappingTheBuildersBuffersAreRejected) {

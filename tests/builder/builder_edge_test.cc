@@ -395,7 +395,7 @@ TEST(EdgeDspark, NonCausalStepWithoutDecodeTokensKeepsWidthWn) {
   EXPECT_TRUE(md.tile_schedulers.empty());
 }
 
-TEST(EdgeDspark, UpdateDraftRowsAfterNonCausalBuildUsesTheWindow) {
+TEST(EdgeDspark, UpdateDraftRowsAfterNonCausalBuildStaysNonCausal) {
   auto builder = cpu_builder(dspark_config(8, 4, 3));  // Wn = 64
   TestBatch b(4);
   b.add_request(13, 3, scrambled_pages(5)).add_request(5, 3, scrambled_pages(3)).set_causal(false);
@@ -403,17 +403,17 @@ TEST(EdgeDspark, UpdateDraftRowsAfterNonCausalBuildUsesTheWindow) {
   ASSERT_EQ(md.decode_swa_width(), 64);
   ASSERT_EQ(lens_of(md.decode_swa), (Row{11, 11, 11, 5, 5, 5}));
 
-  // The draft loop advanced every request by one token; rows become causal windows of W = 8.
+  // The draft loop advanced every request by one token; the rows stay non-causal with the
+  // logical window W = 8: request 0 (prefix 11) sees 3..13, request 1 (prefix 3) sees 0..5.
+  // The row width as the window (Wn = 64, the seed reference's causal update) would give causal
+  // rows of lens 12, 13, 14 (docs/semantics.md#draft-update-window).
   b.seq_lens = {14, 6};
   SPARSE_SWA_ASSERT_OK(builder->update_draft_decode_rows(b.input(), &md));
   EXPECT_EQ(md.decode_swa_width(), 64);
-  // Request 0: prefix 11, positions 11, 12, 13; request 1: prefix 3, positions 3, 4, 5.
-  // The row width as the window (Wn = 64, the reference's choice) would give lens 12, 13, 14
-  // (docs/semantics.md#draft-update-window).
-  EXPECT_EQ(lens_of(md.decode_swa), (Row{8, 8, 8, 4, 5, 6}));
-  EXPECT_EQ(row_of(md.decode_swa, 0), slots(b, 0, 4, 12, 64));
-  EXPECT_EQ(row_of(md.decode_swa, 2), slots(b, 0, 6, 14, 64));
-  EXPECT_EQ(row_of(md.decode_swa, 3), slots(b, 1, 0, 4, 64));
+  EXPECT_EQ(lens_of(md.decode_swa), (Row{11, 11, 11, 6, 6, 6}));
+  EXPECT_EQ(row_of(md.decode_swa, 0), slots(b, 0, 3, 14, 64));
+  EXPECT_EQ(row_of(md.decode_swa, 2), slots(b, 0, 3, 14, 64));
+  EXPECT_EQ(row_of(md.decode_swa, 3), slots(b, 1, 0, 6, 64));
   EXPECT_EQ(row_of(md.decode_swa, 5), slots(b, 1, 0, 6, 64));
   EXPECT_FALSE(md.tile_schedulers.empty());
 }
@@ -433,9 +433,10 @@ TEST(EdgeDspark, UpdateDraftRowsKeepsInvalidTokensCleared) {
   EXPECT_EQ(row_of(md.decode_swa, 3), Row(4, -1));
 }
 
-TEST(EdgeDspark, UpdateDraftRowsIgnoresWritesToTheExportedMappingAndValidity) {
+TEST(EdgeDspark, UpdateDraftRowsRecomputesTheExportedMappingAndValidity) {
   // The metadata's token_to_req_indices and is_valid_token alias the builder's buffers and a
-  // caller can write them (Python exports them as writable arrays); the update keeps the build's.
+  // caller can write them (Python exports them as writable arrays); the update recomputes both
+  // from the batch (the padding token 3 maps to the last request).
   auto builder = cpu_builder(mtp_config(4, 4, 2));
   TestBatch b(4);
   b.add_request(6, 2, scrambled_pages(3)).add_request(3, 1, {9}).invalidate(1).pad_tokens(1);
@@ -450,6 +451,9 @@ TEST(EdgeDspark, UpdateDraftRowsIgnoresWritesToTheExportedMappingAndValidity) {
   }
   b.seq_lens = {7, 4};
   SPARSE_SWA_ASSERT_OK(builder->update_draft_decode_rows(b.input(), &md));
+  EXPECT_EQ(to_vector(md.token_to_req_indices), (Row{0, 0, 1, 1}));
+  EXPECT_EQ(std::vector<uint8_t>(md.is_valid_token.begin(), md.is_valid_token.end()),
+            (std::vector<uint8_t>{1, 0, 1, 0}));
   EXPECT_EQ(lens_of(md.decode_swa), (Row{4, 0, 4, 0}));
   EXPECT_EQ(row_of(md.decode_swa, 0), slots(b, 0, 2, 6, 4));
   EXPECT_EQ(row_of(md.decode_swa, 1), Row(4, -1));

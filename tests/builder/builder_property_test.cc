@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Randomized property tests over thousands of seeded batches from RandomBatch (every mode).
 // The expectations are recomputed here from the definitions of docs/semantics.md (split to
-// step scalars), not with the library's formulas: a linear scan for a token's request, windows
-// written as [max(min(pos - (W - 1), pos - left), 0), pos + right + 1), slot ids from the
-// TestBatch's pages.
+// step scalars), not with the library's formulas: a linear scan for a token's request, causal
+// windows written as [max(min(pos - (W - 1), pos - left), 0, replay_start), pos + right + 1),
+// slot ids from the TestBatch's pages. The generator draws replay_start in about a third of the
+// batches and frees the pages wholly below it, so a row reaching below replay_start fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,17 +33,24 @@ int64_t round_up_64(int64_t x) { return (x + 63) / 64 * 64; }
 
 // The step as the definitions describe it, computed without the library.
 struct Model {
-  int32_t window = 0, theta = 1, max_image_tokens = 0;
+  int32_t window = 0, theta = 1, max_image_tokens = 0, prefill_width = 0;
   int32_t num_reqs = 0, num_tokens = 0;
   int32_t num_decodes = 0, num_prefills = 0, num_decode_tokens = 0, num_prefill_tokens = 0;
   int32_t max_decode_query_len = 0;
   bool image_path = false;
-  std::vector<int32_t> owner;  // [T]
+  std::vector<int32_t> owner;   // [T]
+  std::vector<int32_t> replay;  // [R], zeros when the batch gives none
 
   Model(const BuilderConfig& c, const TestBatch& b) {
     window = c.window_size;
-    theta = 1 + (c.parallel_drafting ? 2 : 1) * c.num_speculative_tokens;
+    // k mask slots more for parallel drafting on model runner V1
+    // (docs/semantics.md#decode-threshold).
+    const int32_t k = c.num_speculative_tokens;
+    theta = 1 + k + (c.parallel_drafting && !c.model_runner_v2 ? k : 0);
+    const bool widens = c.widen_image_spans && c.max_image_tokens > 0;
     max_image_tokens = c.max_image_tokens;
+    prefill_width = window + (widens ? max_image_tokens : 0);
+    replay = b.replay_start.empty() ? std::vector<int32_t>(b.num_reqs(), 0) : b.replay_start;
     num_reqs = b.num_reqs();
     num_tokens = b.num_tokens();
     // Split: requests before the first one with q > theta are decodes
@@ -58,7 +66,7 @@ struct Model {
     num_decode_tokens = first_prefill < num_reqs ? b.query_start_loc[first_prefill] : num_tokens;
     num_prefill_tokens = num_tokens - num_decode_tokens;
     max_decode_query_len = std::min(max_ql, theta);
-    image_path = max_image_tokens > 0 && num_prefill_tokens > 0 && !b.image_spans.empty();
+    image_path = widens && num_prefill_tokens > 0 && !b.image_spans.empty();
     owner.assign(num_tokens, 0);  // padding tokens map to request 0
     for (int32_t r = 0; r < num_reqs; ++r)
       for (int32_t t = b.query_start_loc[r]; t < b.query_start_loc[r + 1]; ++t) owner[t] = r;
@@ -118,6 +126,28 @@ std::string check_row(const TestBatch& b, int32_t r, const int32_t* row, int32_t
   return "";
 }
 
+// flashinfer_decode_topk_lens / _seq_lens (docs/semantics.md#flashinfer-decode-lens): present
+// exactly on non-causal steps with decode tokens of a config that asks, max(lens, W) and the
+// seq_len of the request `owner` gives each token.
+std::string check_flashinfer_lens(const BuilderConfig& c, const TestBatch& b,
+                                  const std::vector<int32_t>& owner, const SwaMetadata& md) {
+  const int32_t td = md.num_decode_tokens;
+  const bool expected = c.flashinfer_decode_lens && !b.causal && td > 0;
+  if (md.has_flashinfer_decode_lens() != expected) return "flashinfer lens presence";
+  if (!expected) return md.flashinfer_decode_seq_lens.empty() ? "" : "flashinfer seq_lens";
+  if (static_cast<int32_t>(md.flashinfer_decode_topk_lens.size()) != td ||
+      static_cast<int32_t>(md.flashinfer_decode_seq_lens.size()) != td)
+    return "flashinfer lens size";
+  for (int32_t t = 0; t < td; ++t) {
+    if (md.flashinfer_decode_topk_lens[t] != std::max(md.decode_swa.lens[t], c.window_size))
+      return "flashinfer_decode_topk_lens[" + std::to_string(t) + "]";
+    const int32_t seq = b.num_reqs() > 0 ? b.seq_lens[owner[t]] : 0;
+    if (md.flashinfer_decode_seq_lens[t] != seq)
+      return "flashinfer_decode_seq_lens[" + std::to_string(t) + "]";
+  }
+  return "";
+}
+
 std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md) {
   const TestBatch& b = c.batch;
   const Model m(c.config, b);
@@ -151,6 +181,8 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
   const std::vector<std::string> types =
       m.num_decode_tokens > 0 ? expected_layer_types(c.config) : std::vector<std::string>{};
   if (md.tile_schedulers.sorted_names() != types) return fail("tile_schedulers");
+  if (md.replay_start_given != !b.replay_start.empty()) return fail("replay_start_given");
+  if (testing::to_vector(md.replay_start) != m.replay) return fail("replay_start");
 
   // Decode rows.
   const int32_t k = c.config.num_speculative_tokens;
@@ -171,8 +203,9 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
       err = check_row(b, r, row, dv.width, dv.lens[t], 0, 0);
     } else if (b.causal) {
       const int32_t pos = m.position(b, t);
-      const int32_t n = std::min(pos + 1, w);
-      err = check_row(b, r, row, dv.width, dv.lens[t], pos - n + 1, n);
+      const int32_t start = std::max({pos - (w - 1), 0, m.replay[r]});
+      const int32_t n = pos + 1 - start;
+      err = check_row(b, r, row, dv.width, dv.lens[t], start, n);
       if (err.empty() && row[n - 1] != b.slot_mapping[t]) err = "last entry is not the own slot";
     } else {
       const int32_t prefix = b.prefix_len(r);
@@ -189,10 +222,12 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
     for (int32_t i = m.num_decode_tokens; i < c.config.max_num_batched_tokens; ++i)
       if (dv.lens[i] != 0) return fail("decode_swa_lens[", i, "] = ", dv.lens[i], " past Td");
   }
+  const std::string fi = check_flashinfer_lens(c.config, b, m.owner, md);
+  if (!fi.empty()) return fail(fi);
 
   // Prefill rows, visibility and gather lens.
   const ConstIndexView& pv = md.prefill_swa;
-  if (pv.rows != m.num_prefill_tokens || pv.width != w + m.max_image_tokens || pv.window != w)
+  if (pv.rows != m.num_prefill_tokens || pv.width != m.prefill_width || pv.window != w)
     return fail("prefill view rows ", pv.rows, " width ", pv.width);
   if (md.has_image() != m.image_path) return fail("has_image ", md.has_image());
   if (m.image_path && (static_cast<int32_t>(md.left_visible.size()) != m.num_tokens ||
@@ -211,12 +246,13 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
       err = check_row(b, r, pv.row(p), pv.width, pv.lens[p], 0, 0);
     } else {
       const int32_t pos = m.position(b, t);
-      const int32_t start = std::max(std::min(pos - (w - 1), pos - left), 0);
+      const int32_t start = std::max({std::min(pos - (w - 1), pos - left), 0, m.replay[r]});
       const int32_t end = pos + right + 1;
       err = check_row(b, r, pv.row(p), pv.width, pv.lens[p], start, end - start);
       if (err.empty() && right == 0 && pv.row(p)[end - start - 1] != b.slot_mapping[t])
         err = "last entry is not the own slot";
-      if (err.empty() && left == 0 && right == 0 && pv.lens[p] != std::min(pos + 1, w))
+      if (err.empty() && left == 0 && right == 0 && m.replay[r] == 0 &&
+          pv.lens[p] != std::min(pos + 1, w))
         err = "text row lens is not min(pos + 1, W)";
     }
     if (!err.empty()) return fail("prefill row ", p, " (token ", t, ", request ", r, "): ", err);
@@ -227,7 +263,8 @@ std::string check_against_definitions(const RandomCase& c, const SwaMetadata& md
     return fail("gather lens size ", md.prefill_gather_lens.size());
   for (int32_t p = 0; p < m.num_prefills; ++p) {
     const int32_t r = m.num_decodes + p;
-    const int32_t gather = b.query_len(r) + std::min(b.prefix_len(r), w - 1);
+    const int32_t gather =
+        b.query_len(r) + std::min(std::max(b.prefix_len(r) - m.replay[r], 0), w - 1);
     if (md.prefill_gather_lens[p] != gather)
       return fail("gather_lens[", p, "] = ", md.prefill_gather_lens[p], ", expected ", gather);
     if (md.prefill_seq_lens_host[p] != b.seq_lens[r] ||
@@ -272,7 +309,7 @@ std::string check_chunk_plan(const SwaMetadata& md, int64_t ratio, int64_t chunk
 }
 
 TEST(BuilderProperties, RandomBatchesMatchTheDefinitions) {
-  RandomBatch gen(/*seed=*/0x5eed0001);
+  RandomBatch gen(/*seed=*/0x5eed0001, testing::builder_test_options());
   std::map<std::string, int> coverage;
   for (int i = 0; i < kNumCases; ++i) {
     const RandomCase c = gen.next();
@@ -301,20 +338,47 @@ TEST(BuilderProperties, RandomBatchesMatchTheDefinitions) {
       if (c.batch.slot_mapping[t] < 0) ++coverage["invalid token in a request"];
     for (int32_t t = 0; t < md.num_decode_tokens; ++t)
       if (md.decode_swa.lens[t] > c.config.window_size) ++coverage["non-causal row wider than W"];
+    if (md.replay_start_given) ++coverage["replay_start"];
+    for (int32_t r = 0; r < md.num_reqs; ++r) {
+      if (md.replay_start[r] > 0 && r >= md.num_decodes) ++coverage["replaying prefill"];
+      if (md.replay_start[r] > 0 && r < md.num_decodes && md.causal) ++coverage["replaying decode"];
+    }
+    if (c.config.model_runner_v2) ++coverage["model_runner_v2"];
+    if (!c.config.widen_image_spans && md.num_prefill_tokens > 0 && !c.batch.image_spans.empty())
+      ++coverage["spans on a non-widening builder"];
+    if (md.has_flashinfer_decode_lens()) ++coverage["flashinfer lens"];
   }
   // The generator must keep exercising every mode and feature.
-  for (const char* key :
-       {"plain_decode", "mtp", "parallel_drafting", "dspark_noncausal", "chunked_prefill", "image",
-        "padded_decode", "mixed", "mixed split", "Td = 0", "Tp = 0", "image path",
-        "non-causal rows", "trailing padding", "q = 0 request", "invalid token in a request",
-        "non-causal row wider than W"}) {
+  for (const char* key : {"plain_decode",
+                          "mtp",
+                          "parallel_drafting",
+                          "dspark_noncausal",
+                          "chunked_prefill",
+                          "image",
+                          "padded_decode",
+                          "mixed",
+                          "mixed split",
+                          "Td = 0",
+                          "Tp = 0",
+                          "image path",
+                          "non-causal rows",
+                          "trailing padding",
+                          "q = 0 request",
+                          "invalid token in a request",
+                          "non-causal row wider than W",
+                          "replay_start",
+                          "replaying prefill",
+                          "replaying decode",
+                          "model_runner_v2",
+                          "spans on a non-widening builder",
+                          "flashinfer lens"}) {
     EXPECT_GT(coverage[key], 20) << key;
   }
 }
 
 TEST(BuilderProperties, SameBatchSameOutputWhateverCameBefore) {
   // Persistent buffers are reused; a step's output must not depend on the previous step.
-  RandomBatch gen(/*seed=*/0x5eed0002);
+  RandomBatch gen(/*seed=*/0x5eed0002, testing::builder_test_options());
   for (int i = 0; i < 600; ++i) {
     RandomCase a = gen.next();
     a.config.max_num_batched_tokens = 512;  // room for the other batches
@@ -338,9 +402,12 @@ TEST(BuilderProperties, SameBatchSameOutputWhateverCameBefore) {
   }
 }
 
-TEST(BuilderProperties, UpdateDraftRowsAreCausalWindowsOfW) {
-  RandomBatch gen(/*seed=*/0x5eed0003);
-  int updated = 0;
+TEST(BuilderProperties, UpdateDraftRowsFollowTheBuildsMode) {
+  // docs/semantics.md#draft-update: validity and the decode tokens' requests from the current
+  // arrays (padding: the last request), decode rows in the build's mode (causal rows of W with
+  // the build's replay_start, or non-causal rows), the FlashInfer lens refreshed.
+  RandomBatch gen(/*seed=*/0x5eed0003, testing::builder_test_options());
+  int updated = 0, noncausal = 0;
   for (int i = 0; i < 1500; ++i) {
     const BatchMode mode = static_cast<BatchMode>(i % testing::kNumBatchModes);
     RandomCase c = gen.next(mode);
@@ -359,27 +426,46 @@ TEST(BuilderProperties, UpdateDraftRowsAreCausalWindowsOfW) {
       while (static_cast<int64_t>(b.pages[r].size()) * block < b.seq_lens[r])
         b.pages[r].push_back(gen.uniform(0, 1000));
     }
+    const std::vector<int32_t> replay = b.replay_start;
+    if (gen.chance(0.5)) b.replay_start.clear();  // not read by the update
     SPARSE_SWA_ASSERT_OK(builder->update_draft_decode_rows(b.input(), &md));
     updated += md.num_decode_tokens > 0;
+    noncausal += md.num_decode_tokens > 0 && !md.causal;
 
     const testing::MetadataSnapshot after = testing::snapshot(md);
     ASSERT_EQ(after.at("prefill_swa.rows"), before.at("prefill_swa.rows")) << c.describe();
-    ASSERT_EQ(after.at("token_to_req_indices"), before.at("token_to_req_indices")) << c.describe();
     ASSERT_EQ(md.decode_swa.width, width);
+    const int32_t num_reqs = b.num_reqs(), w = c.config.window_size;
+    std::vector<int32_t> owner(b.num_tokens(), 0);
+    for (int32_t t = 0; t < b.num_tokens(); ++t) {
+      owner[t] = t < md.num_decode_tokens ? std::max(num_reqs - 1, 0) : md.token_to_req_indices[t];
+      for (int32_t r = 0; r < num_reqs && t < md.num_decode_tokens; ++r)
+        if (b.query_start_loc[r] <= t && t < b.query_start_loc[r + 1]) owner[t] = r;
+      ASSERT_EQ(md.token_to_req_indices[t], owner[t]) << "case " << i << " token " << t;
+      ASSERT_EQ(md.is_valid_token[t], b.slot_mapping[t] >= 0 ? 1 : 0) << "token " << t;
+    }
     for (int32_t t = 0; t < md.num_decode_tokens; ++t) {
-      const int32_t r = md.token_to_req_indices[t];
+      const int32_t r = owner[t];
       std::string err;
       if (b.slot_mapping[t] < 0) {
         err = check_row(b, r, md.decode_swa.row(t), width, md.decode_swa.lens[t], 0, 0);
-      } else {
+      } else if (md.causal) {
         const int32_t pos = b.prefix_len(r) + (t - b.query_start_loc[r]);
-        const int32_t n = std::min(pos + 1, c.config.window_size);  // W, never the row width
-        err = check_row(b, r, md.decode_swa.row(t), width, md.decode_swa.lens[t], pos - n + 1, n);
+        const int32_t rs = replay.empty() ? 0 : replay[r];
+        const int32_t start = std::max({pos - (w - 1), 0, rs});  // W, never the row width
+        err = check_row(b, r, md.decode_swa.row(t), width, md.decode_swa.lens[t], start,
+                        pos + 1 - start);
+      } else {
+        const int32_t prefix = b.prefix_len(r);
+        err = check_row(b, r, md.decode_swa.row(t), width, md.decode_swa.lens[t],
+                        std::max(prefix - w, 0), std::min(prefix, w) + b.query_len(r));
       }
       ASSERT_EQ(err, "") << "case " << i << " token " << t << ": " << c.describe();
     }
+    ASSERT_EQ(check_flashinfer_lens(c.config, b, owner, md), "") << c.describe();
   }
   EXPECT_GT(updated, 500);
+  EXPECT_GT(noncausal, 100);
 }
 
 }  // namespace

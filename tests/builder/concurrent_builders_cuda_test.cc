@@ -92,7 +92,7 @@ struct Step {
 };
 
 std::vector<Step> make_steps(const BuilderConfig& config, uint64_t seed, const SharedCache& cache) {
-  testing::RandomBatch gen(seed);
+  testing::RandomBatch gen(seed, testing::builder_test_options());
   auto cpu = MetadataBuilder::create(config, Backend::kCpu);
   EXPECT_TRUE(cpu.ok()) << cpu.status().to_string();
   std::vector<Step> steps(num_steps());

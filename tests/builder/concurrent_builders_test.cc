@@ -105,7 +105,7 @@ TEST(ConcurrentBuilders, ThreadsGiveTheSerialResults) {
   std::vector<std::vector<Step>> steps(2);
   std::vector<BuilderConfig> configs(2);
   for (int g = 0; g < 2; ++g) {
-    testing::RandomBatch gen(1234 + g);
+    testing::RandomBatch gen(1234 + g, testing::builder_test_options());
     testing::RandomCase first = gen.next(testing::BatchMode::kMixed);
     configs[g] = first.config;
     configs[g].max_num_batched_tokens = 2048;  // room for every mode's batches

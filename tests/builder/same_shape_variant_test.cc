@@ -23,7 +23,7 @@ using testing::TestBatch;
 constexpr int32_t kGrowth = 70;
 
 TEST(SameShapeVariant, KeepsTheShapeAndBuilds) {
-  RandomBatch gen(4242);
+  RandomBatch gen(4242, testing::builder_test_options());
   int changed_rows = 0, compared = 0;
   for (int i = 0; i < 400; ++i) {
     RandomCase c = gen.next(static_cast<BatchMode>(i % testing::kNumBatchModes));

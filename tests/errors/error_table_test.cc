@@ -205,13 +205,45 @@ const std::map<std::string, ApiCase>& api_cases() {
          md.decode_swa.width = md.decode_swa.row_stride = 64;
          return s.builder->update_draft_decode_rows(s.batch, &md);
        }},
-      {"api_update_spans",
+      {"api_update_replay_start",
        [] {
+         // A build replaying request 0 from its prefix 10; the update shrinks the prefix to 9.
          BaseStep s;
-         BatchInput b = s.batch;
-         static const int32_t kMoved[] = {0, 2, 3, 7};
-         b.query_start_loc = kMoved;
-         return s.builder->update_draft_decode_rows(b, &s.md);
+         s.file.replay_start = {10, 0, 0};
+         BatchInput b = s.file.batch_input();
+         SwaMetadata md;
+         const Status built = s.builder->build(b, &md);
+         if (!built.ok()) return built;
+         static const int32_t kShrunk[] = {10, 6, 10};
+         b.seq_lens = kShrunk;
+         return s.builder->update_draft_decode_rows(b, &md);
+       }},
+      {"api_update_row_width",
+       [] {
+         // A non-causal build (W 8, theta 4, width 12); the update's query_start_loc gives
+         // request 0 all five decode tokens: a row of min(10, 8) + 5 = 13 entries.
+         BuilderConfig c = BaseStep().file.config;
+         c.speculative_method = SpeculativeMethod::kDspark;
+         c.num_speculative_tokens = 3;
+         c.noncausal_index_width = 12;
+         c.max_image_tokens = 0;
+         auto builder = MetadataBuilder::create(c).value();
+         static const int32_t kTable[] = {0, 1, 2, 3, 0, 1, 2, 3};
+         static const int64_t kSlots[] = {10, 11, 12, 13, 4};
+         static const int32_t kQsl[] = {0, 4, 5}, kSeq[] = {14, 5};
+         BatchInput b;
+         b.query_start_loc = kQsl;
+         b.seq_lens = kSeq;
+         b.block_table = {kTable, 2, 4, 4, MemorySpace::kHost};
+         b.slot_mapping = kSlots;
+         b.causal = false;
+         SwaMetadata md;
+         const Status built = builder->build(b, &md);
+         if (!built.ok()) return built;
+         static const int32_t kMovedQsl[] = {0, 5, 5}, kMovedSeq[] = {15, 0};
+         b.query_start_loc = kMovedQsl;
+         b.seq_lens = kMovedSeq;
+         return builder->update_draft_decode_rows(b, &md);
        }},
       {"api_chunk_plan_ratio", [] { return prefill_chunk_plan(BaseStep().md, 3, 4).status(); }},
       {"api_chunk_plan_chunk_size",

@@ -3,7 +3,7 @@
 // plans -> the JSON writer, the path of `sparse-swa build`. Every input must end either in an
 // INVALID_ARGUMENT whose message starts with the field path, or in metadata that the independent
 // checker (metadata_invariants.h) accepts. A second build of the same batch must give the same
-// values at the same addresses, and update_draft_decode_rows must give causal rows.
+// values at the same addresses, and update_draft_decode_rows must keep the checker's rules.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -106,11 +106,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     report("second build", "buffer addresses moved");
   }
 
-  // The draft-loop update: causal rows with the logical window W in whatever buffer was built.
+  // The draft-loop update over the same batch: the build's mode and replay_start, the padding
+  // decode tokens mapped to the last request.
   if (Status s = builder.update_draft_decode_rows(batch, &again); !s.ok()) {
     report("update_draft_decode_rows", s.to_string());
   }
-  if (std::string err = fuzz::check_metadata(config, batch, again, /*causal_decode_rows=*/true);
+  if (std::string err = fuzz::check_metadata(config, batch, again, /*after_draft_update=*/true);
       !err.empty()) {
     report("update_draft_decode_rows", err);
   }

@@ -96,12 +96,20 @@ std::set<std::string> expected_layer_names(const BuilderConfig& c) {
 }  // namespace
 
 std::string check_metadata(const BuilderConfig& config, const BatchInput& b, const SwaMetadata& md,
-                           bool causal_decode_rows) {
+                           bool after_draft_update) {
   const int64_t num_reqs = static_cast<int64_t>(b.seq_lens.size());
   const int64_t num_tokens = static_cast<int64_t>(b.slot_mapping.size());
-  const int64_t w = config.window_size, bs = config.block_size, mi = config.max_image_tokens;
-  const int64_t theta =
-      1 + (config.parallel_drafting ? 2 : 1) * int64_t{config.num_speculative_tokens};
+  const int64_t w = config.window_size, bs = config.block_size;
+  // A builder that does not widen image spans ignores them
+  // (docs/semantics.md#image-widening-switch).
+  const int64_t mi = config.widen_image_spans ? config.max_image_tokens : 0;
+  // k mask slots more for parallel drafting on model runner V1
+  // (docs/semantics.md#decode-threshold).
+  const int64_t k = config.num_speculative_tokens;
+  const int64_t theta = 1 + k + (config.parallel_drafting && !config.model_runner_v2 ? k : 0);
+  auto replay = [&](int64_t r) -> int64_t {
+    return b.replay_start.empty() ? 0 : b.replay_start[r];
+  };
   const auto& qsl = b.query_start_loc;
   auto query_len = [&](int64_t r) { return int64_t{qsl[r + 1]} - qsl[r]; };
 
@@ -142,7 +150,11 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
       md.is_valid_token.size() != static_cast<size_t>(num_tokens)) {
     return "token_to_req_indices / is_valid_token: wrong size";
   }
-  std::vector<int64_t> request(num_tokens, 0);  // padding tokens map to request 0
+  // Padding tokens map to request 0; after a draft update the decode ones to the last request.
+  std::vector<int64_t> request(num_tokens, 0);
+  for (int64_t t = 0; after_draft_update && num_reqs > 0 && t < md.num_decode_tokens; ++t) {
+    request[t] = num_reqs - 1;
+  }
   for (int64_t r = 0; r < num_reqs; ++r) {
     for (int64_t t = qsl[r]; t < qsl[r + 1]; ++t) request[t] = r;
   }
@@ -194,10 +206,11 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
                   ", expected ", left, "/", right);
     }
     Positions window;  // read only for valid tokens, which always belong to a request
-    if (valid && t < td && !b.causal && !causal_decode_rows) {
-      window = {std::max<int64_t>(prefix - w, 0), b.seq_lens[r]};
+    if (valid && t < td && !b.causal) {
+      window = {std::max<int64_t>(prefix - w, 0), b.seq_lens[r]};  // ignores replay_start
     } else if (valid) {
-      window = {std::max<int64_t>(std::min(pos - (w - 1), pos - left), 0), pos + right + 1};
+      window = {std::max({std::min(pos - (w - 1), pos - left), int64_t{0}, replay(r)}),
+                pos + right + 1};
     }
     if (valid && (window.hi > b.seq_lens[r] || window.lo < 0)) {
       return fail("token ", t, ": window [", window.lo, ", ", window.hi,
@@ -220,11 +233,32 @@ std::string check_metadata(const BuilderConfig& config, const BatchInput& b, con
   for (int64_t p = 0; p < rp; ++p) {
     const int64_t r = first_prefill + p;
     const int64_t ql = query_len(r);
-    const int64_t expected = ql + std::min<int64_t>(b.seq_lens[r] - ql, w - 1);
+    const int64_t visible = std::max<int64_t>(b.seq_lens[r] - ql - replay(r), 0);
+    const int64_t expected = ql + std::min<int64_t>(visible, w - 1);
     if (md.prefill_gather_lens[p] != expected || md.prefill_seq_lens_host[p] != b.seq_lens[r] ||
         md.prefill_query_lens_host[p] != ql) {
       return fail("prefill request ", p, ": gather len ", md.prefill_gather_lens[p], ", expected ",
                   expected);
+    }
+  }
+
+  // replay_start (docs/semantics.md#bounded-replay): the batch's, or zeros.
+  if (md.replay_start.size() != static_cast<size_t>(num_reqs) ||
+      md.replay_start_given != !b.replay_start.empty()) {
+    return "replay_start: wrong size or presence";
+  }
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    if (md.replay_start[r] != replay(r))
+      return fail("replay_start[", r, "]: got ", md.replay_start[r]);
+  }
+  // FlashInfer decode lens (docs/semantics.md#flashinfer-decode-lens).
+  const bool fi = config.flashinfer_decode_lens && !b.causal && td > 0;
+  if (md.has_flashinfer_decode_lens() != fi) return "flashinfer decode lens: wrong presence";
+  for (int64_t t = 0; fi && t < td; ++t) {
+    const int64_t seq = num_reqs > 0 ? b.seq_lens[request[t]] : 0;
+    if (md.flashinfer_decode_topk_lens[t] != std::max<int64_t>(dec.lens[t], w) ||
+        md.flashinfer_decode_seq_lens[t] != seq) {
+      return fail("flashinfer decode lens of token ", t);
     }
   }
 

@@ -15,11 +15,12 @@
 namespace sparse_swa::fuzz {
 
 // The split, token mapping, validity, every decode and prefill row (lens <= width, the window's
-// slot ids as a prefix then -1, invalid tokens lens 0 and all -1), visibility and gather lens.
-// `causal_decode_rows`: check the decode rows as causal windows whatever batch.causal says (the
-// state after update_draft_decode_rows).
+// slot ids as a prefix then -1, invalid tokens lens 0 and all -1, causal rows never below the
+// request's replay_start), visibility, gather lens, replay_start and the FlashInfer decode lens.
+// `after_draft_update`: the state after update_draft_decode_rows over the same batch (padding
+// decode tokens then map to the last request; the rows keep the build's mode).
 std::string check_metadata(const BuilderConfig& config, const BatchInput& batch,
-                           const SwaMetadata& md, bool causal_decode_rows = false);
+                           const SwaMetadata& md, bool after_draft_update = false);
 
 // A chunk plan: contiguous chunks covering the prefill requests, N and M the maxima of the
 // chunk, every multi-request chunk inside the area budget and each chunk maximal (greedy).

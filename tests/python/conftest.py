@@ -35,8 +35,10 @@ def image_spans(batch):
 
 def build_case(builder, case):
     b = case["batch"]
+    replay = b.get("replay_start")
     return builder.build(*batch_arrays(b), causal=b.get("causal", True),
-                         image_spans=image_spans(b))
+                         image_spans=image_spans(b),
+                         replay_start=None if replay is None else np.array(replay, np.int32))
 
 
 @pytest.fixture

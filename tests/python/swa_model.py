@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A small, independent Python model of docs/semantics.md's rules: causal and DSpark rows, the
-decode/prefill split, gather lens and the chunk plan. Used to check the binding's outputs on
+"""A small, independent Python model of docs/semantics.md's rules: causal rows (bounded replay
+included) and DSpark rows, the decode/prefill split, gather lens and the chunk plan. Used to check the binding's outputs on
 random batches."""
 
 
@@ -26,8 +26,8 @@ def token_to_req(qsl, num_tokens):
     return out
 
 
-def causal_row(bt_row, block_size, window, pos):
-    start = max(pos - (window - 1), 0)
+def causal_row(bt_row, block_size, window, pos, replay_start=0):
+    start = max(pos - (window - 1), 0, replay_start)
     return [slot(bt_row, block_size, p) for p in range(start, pos + 1)]
 
 
@@ -35,8 +35,10 @@ def noncausal_row(bt_row, block_size, window, prefix, seq_len):
     return [slot(bt_row, block_size, p) for p in range(max(prefix - window, 0), seq_len)]
 
 
-def rows_for_tokens(qsl, seq, bt, slots, block_size, window, tokens, noncausal=False):
-    """(rows, lens) for the tokens listed, padded tokens -> ([], 0)."""
+def rows_for_tokens(qsl, seq, bt, slots, block_size, window, tokens, noncausal=False,
+                    replay_start=None):
+    """(rows, lens) for the tokens listed, padded tokens -> ([], 0); replay_start clamps causal
+    rows (SWA bounded replay)."""
     req = token_to_req(qsl, len(slots))
     rows, lens = [], []
     for t in tokens:
@@ -50,7 +52,8 @@ def rows_for_tokens(qsl, seq, bt, slots, block_size, window, tokens, noncausal=F
         if noncausal:
             row = noncausal_row(bt[r], block_size, window, prefix, seq[r])
         else:
-            row = causal_row(bt[r], block_size, window, prefix + t - qsl[r])
+            row = causal_row(bt[r], block_size, window, prefix + t - qsl[r],
+                             replay_start[r] if replay_start is not None else 0)
         rows.append(row)
         lens.append(len(row))
     return rows, lens
@@ -67,7 +70,7 @@ def chunk_plan(seq_cpu, ql_cpu, window, max_model_len, mnbt, ratio, chunk, has_c
     if n == 0:
         return []
     area = chunk * ((-(-max_model_len // ratio) if has_compressed else 0) + window + mnbt)
-    g = [q + min(max(s - q, 0), window - 1) for s, q in zip(seq_cpu, ql_cpu)]
+    g = [q + min(max(s - q, 0), window - 1) for s, q in zip(seq_cpu, ql_cpu)]  # replay-free
     c = [s // ratio if has_compressed else 0 for s in seq_cpu]
     plan, start = [], 0
     while start < n:

@@ -55,7 +55,8 @@ def test_config_type_error():
 
 def test_builder_config_object_round_trip():
     c = sparse_swa.BuilderConfig.from_dict(CONFIG)
-    assert c.to_dict() == {**CONFIG, "noncausal_index_width": 0}
+    assert c.to_dict() == {**CONFIG, "noncausal_index_width": 0, "model_runner_v2": False,
+                           "widen_image_spans": True, "flashinfer_decode_lens": False}
     c.window_size = 16
     c.speculative_method = "dspark"
     b = sparse_swa.MetadataBuilder(c)

@@ -53,6 +53,9 @@ def test_golden_case(name):
         # The reference's JSON holds the prefill part of the [T] visibility arrays.
         "prefill_left_visible": None if left is None else left[td:].tolist(),
         "prefill_right_visible": None if right is None else right[td:].tolist(),
+        "replay_start": vec(md.replay_start),
+        "flashinfer_decode_topk_lens": vec(md.flashinfer_decode_topk_lens),
+        "flashinfer_decode_seq_lens": vec(md.flashinfer_decode_seq_lens),
         "token_to_req_indices": vec(md.token_to_req_indices),
         "is_valid_token": vec(md.is_valid_token),
         "tile_schedulers": md.tile_schedulers,

@@ -178,7 +178,14 @@ def test_draft_update_on_cuda_equals_cpu():
     gpu_builder.update_draft_decode_metadata(gpu, seq_lens_cpu=torch.from_numpy(seq))
     torch.cuda.synchronize()
     assert_same(gpu, cpu)
-    assert gpu.decode_swa_lens.tolist() == [8, 8, 8, 4, 5, 6]
+    assert gpu.decode_swa_lens.tolist() == [11, 11, 11, 6, 6, 6]  # non-causal rows kept
+    # The host copy as the build left it (the draft loop does not advance it) is accepted.
+    gpu.seq_lens.add_(1)
+    seq += 1
+    cpu_builder.update_draft_decode_metadata(cpu)
+    gpu_builder.update_draft_decode_metadata(gpu)
+    torch.cuda.synchronize()
+    assert_same(gpu, cpu)
 
 
 @cuda
@@ -206,3 +213,22 @@ def test_cuda_tensors_without_backend_raise_runtime_error(mixed_case):
     arrays = batch_arrays(mixed_case["batch"])
     with pytest.raises(RuntimeError, match="backend cuda"):
         cuda_build(sparse_swa.MetadataBuilder(mixed_case["config"]), arrays)
+
+
+@cuda
+@backend
+def test_build_groups_on_cuda_equal_each_groups_cpu_build():
+    # Three KV-cache groups of one step (window and page size differ), one launch, with replay.
+    from test_build_groups import three_groups
+    builders, shapes, qsl, seq, bts, sms = three_groups()
+    replay = [None, np.array([3, 0, 2], np.int32), None]
+    dev = lambda a: torch.from_numpy(a.copy()).cuda()
+    mds = sparse_swa.MetadataBuilder.build_groups(
+        builders, dev(qsl), dev(seq), [dev(b) for b in bts], [dev(s) for s in sms],
+        query_start_loc_cpu=torch.from_numpy(qsl), seq_lens_cpu=torch.from_numpy(seq.copy()),
+        replay_starts=[None if r is None else dev(r) for r in replay])
+    for g, (w, b) in enumerate(shapes):
+        cpu = sparse_swa.MetadataBuilder(builders[g].config).build(
+            qsl, seq, bts[g], sms[g], replay_start=replay[g])
+        assert_same(mds[g], cpu)
+        np.testing.assert_array_equal(mds[g].replay_start.cpu().numpy(), cpu.replay_start)

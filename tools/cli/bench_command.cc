@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE] [--write-batches DIR]
+// sparse-swa bench [--backend cpu|cuda] [--iters N] [--json FILE] [--write-batches DIR] [--groups]
 // Times build() on the scenarios of the reference script's `bench` (W = 128, block 256) with the
 // harness of builder_timing.h: synchronised wall time, host time until build() returns,
 // and device time per build from a replayed CUDA graph of back-to-back builds; plus the card's
@@ -31,6 +31,7 @@ struct BenchOptions {
   int iters = 200;
   std::string json_path;
   std::string batches_dir;  // --write-batches: write the scenarios' batch files, time nothing
+  bool groups = false;      // --groups: also time build_groups on V4.1's three groups
 };
 
 // The batches time_builder() times (same generator, same seed), as `sparse-swa build` files.
@@ -150,6 +151,32 @@ Status run_bench(const BenchOptions& opts) {
     }
   }
   print_table(std::cout, table);
+  if (opts.groups) {
+    auto groups = cli::time_build_groups({backend_named(opts.backend), opts.iters});
+    SPARSE_SWA_RETURN_IF_ERROR(groups.status());
+    const cli::GroupTiming& g = groups.value();
+    std::cout << "build_groups: " << g.groups << " groups (W = 128, 32-token pages, own block "
+              << "tables) of " << g.tokens
+              << " decode tokens each, against one build() per group\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"form", "wall_us", "host_us", "device_us"},
+        {"build_groups", fixed(g.wall_us, 2), fixed(g.host_us, 2),
+         r.cuda ? fixed(g.device_us, 2) : "-"},
+        {"separate builds", "-", fixed(g.separate_host_us, 2),
+         r.cuda ? fixed(g.separate_device_us, 2) : "-"}};
+    print_table(std::cout, rows);
+    results.push_back({{"groups", g.groups},
+                       {"decodes", cli::kBenchGroupDecodes},
+                       {"tokens", g.tokens},
+                       {"backend", opts.backend},
+                       {"build_groups_wall_us_median", g.wall_us},
+                       {"build_groups_host_us_median", g.host_us},
+                       {"separate_builds_host_us_median", g.separate_host_us}});
+    if (r.cuda) {
+      results.back()["build_groups_device_us"] = g.device_us;
+      results.back()["separate_builds_device_us"] = g.separate_device_us;
+    }
+  }
   if (!opts.json_path.empty()) {
     std::ofstream out(opts.json_path);
     out << results.dump(1) << "\n";
@@ -172,6 +199,10 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--write-batches", opts->batches_dir,
                   "write the scenarios' batches as batch files into this folder (for "
                   "profiling single builds with sparse-swa build) and time nothing");
+  cmd->add_flag("--groups", opts->groups,
+                "also time MetadataBuilder::build_groups on DeepSeek-V4.1's three KV-cache groups "
+                "(64 decode requests) against one build() per group; JSON: one more entry, with "
+                "\"groups\"");
   cmd->callback([opts, exit_code] {
     const Status status = run_bench(*opts);
     *exit_code = status.ok() ? kExitOk : report_error(status);

@@ -261,4 +261,100 @@ StatusOr<BuilderTimings> time_builder(const BuilderTimingOptions& opts) {
   return out;
 }
 
+StatusOr<GroupTiming> time_build_groups(const BuilderTimingOptions& opts) {
+  const bool cuda = opts.backend == Backend::kCuda;
+#if !SPARSE_SWA_HAS_CUDA
+  if (cuda) return unavailable("--backend cuda: this build of sparse-swa has no CUDA backend");
+  void* stream = nullptr;
+#else
+  if (cuda && !cuda_backend_available())
+    return unavailable("--backend cuda: no usable CUDA device");
+  cudaStream_t stream = nullptr;
+  if (cuda) {
+    SPARSE_SWA_RETURN_IF_ERROR(
+        cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+  }
+#endif
+  // The groups' step: the same requests, each group its own pages and slots.
+  BuilderConfig config = testing::bench_config(false);
+  config.block_size = 32;
+  std::mt19937_64 rng(kScenarioSeed);
+  std::uniform_int_distribution<int32_t> context(200, 8000), page(0, 100000);
+  std::vector<int32_t> seq_lens(kBenchGroupDecodes);
+  for (int32_t& s : seq_lens) s = context(rng) + 1;
+  const int32_t cols = (*std::max_element(seq_lens.begin(), seq_lens.end()) + 31) / 32;
+  std::vector<testing::TestBatch> hosts;
+  std::vector<std::unique_ptr<MetadataBuilder>> owned;
+  std::vector<MetadataBuilder*> builders;
+  std::vector<std::unique_ptr<DeviceBatch>> devices;
+  std::vector<BatchInput> inputs;
+  for (int g = 0; g < kBenchGroups; ++g) {
+    testing::TestBatch& b = hosts.emplace_back(config.block_size);
+    for (int32_t s : seq_lens) {
+      std::vector<int32_t> pages(cols);
+      for (int32_t& p : pages) p = page(rng);
+      b.add_request(s, 1, std::move(pages));
+    }
+    auto created = MetadataBuilder::create(config, opts.backend, stream);
+    SPARSE_SWA_RETURN_IF_ERROR(created.status());
+    owned.push_back(std::move(created).value());
+    builders.push_back(owned.back().get());
+  }
+  for (int g = 0; g < kBenchGroups; ++g) {
+    inputs.push_back(hosts[g].input());
+    if (cuda) {
+      auto d = DeviceBatch::upload(inputs.back());
+      SPARSE_SWA_RETURN_IF_ERROR(d.status());
+      devices.push_back(std::move(d).value());
+      inputs.back() = devices.back()->input();
+    }
+  }
+  std::vector<SwaMetadata> mds(kBenchGroups);
+  auto sync = [&]() -> Status {
+#if SPARSE_SWA_HAS_CUDA
+    if (cuda) return cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+#endif
+    return Status::Ok();
+  };
+  auto grouped = [&] { return MetadataBuilder::build_groups(builders, inputs, mds); };
+  auto separate = [&]() -> Status {
+    for (int g = 0; g < kBenchGroups; ++g)
+      SPARSE_SWA_RETURN_IF_ERROR(builders[g]->build(inputs[g], &mds[g]));
+    return Status::Ok();
+  };
+  for (int i = 0; i < 20; ++i) SPARSE_SWA_RETURN_IF_ERROR(grouped());
+  SPARSE_SWA_RETURN_IF_ERROR(sync());
+  std::vector<double> wall, host, separate_host;
+  for (int i = 0; i < opts.iters; ++i) {
+    auto t0 = Clock::now();
+    SPARSE_SWA_RETURN_IF_ERROR(grouped());
+    host.push_back(micros_since(t0));
+    SPARSE_SWA_RETURN_IF_ERROR(sync());
+    wall.push_back(micros_since(t0));
+    t0 = Clock::now();
+    SPARSE_SWA_RETURN_IF_ERROR(separate());
+    separate_host.push_back(micros_since(t0));
+    SPARSE_SWA_RETURN_IF_ERROR(sync());
+  }
+  GroupTiming t;
+  t.tokens = mds[0].num_tokens;
+  t.wall_us = median(wall);
+  t.host_us = cuda ? median(host) : t.wall_us;
+  t.separate_host_us = median(separate_host);
+#if SPARSE_SWA_HAS_CUDA
+  if (cuda) {
+    auto per_step = device_time_per_call(stream, grouped);
+    SPARSE_SWA_RETURN_IF_ERROR(per_step.status());
+    t.device_us = per_step.value();
+    auto per_separate = device_time_per_call(stream, separate);
+    SPARSE_SWA_RETURN_IF_ERROR(per_separate.status());
+    t.separate_device_us = per_separate.value();
+    for (MetadataBuilder* b : builders) SPARSE_SWA_RETURN_IF_ERROR(b->take_device_error());
+    owned.clear();
+    cudaStreamDestroy(stream);
+  }
+#endif
+  return t;
+}
+
 }  // namespace sparse_swa::cli

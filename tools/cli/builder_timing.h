@@ -50,4 +50,20 @@ struct BuilderTimings {
 // UNAVAILABLE for the CUDA backend without a CUDA build or device.
 StatusOr<BuilderTimings> time_builder(const BuilderTimingOptions& options);
 
+// MetadataBuilder::build_groups against one build() per group, on DeepSeek-V4.1's step shape:
+// kBenchGroups KV-cache groups of W = 128 on 32-token pages, each with its own block table and
+// slots, and 64 decode requests of one token (medians per step).
+inline constexpr int kBenchGroups = 3;
+inline constexpr int kBenchGroupDecodes = 64;
+struct GroupTiming {
+  int32_t groups = kBenchGroups;
+  int32_t tokens = 0;             // per group
+  double wall_us = 0;             // build_groups() + stream sync
+  double host_us = 0;             // build_groups() returning (CPU: wall_us)
+  double device_us = 0;           // CUDA: a replayed graph of back-to-back build_groups()
+  double separate_host_us = 0;    // one build() per group, returning (CPU: synchronous)
+  double separate_device_us = 0;  // CUDA: the same in a replayed graph
+};
+StatusOr<GroupTiming> time_build_groups(const BuilderTimingOptions& options);
+
 }  // namespace sparse_swa::cli

@@ -56,11 +56,12 @@ std::string spans_of(const BatchFile& file, int32_t request) {
 void print_config(std::ostream& os, const BuilderConfig& c, const DerivedConfig& d) {
   os << "config  W=" << c.window_size << " B=" << c.block_size << " k=" << c.num_speculative_tokens
      << " (" << speculative_method_name(c.speculative_method)
-     << (c.parallel_drafting ? ", parallel drafting" : "") << ") theta=" << d.decode_threshold
-     << " Mi=" << c.max_image_tokens << " compress_ratios=[" << join_ints(c.compress_ratios)
-     << "]\n";
+     << (c.parallel_drafting ? ", parallel drafting" : "")
+     << (c.model_runner_v2 ? ", model runner V2" : "") << ") theta=" << d.decode_threshold
+     << " Mi=" << c.max_image_tokens << (c.widen_image_spans ? "" : " (not widening)")
+     << " compress_ratios=[" << join_ints(c.compress_ratios) << "]\n";
   os << "widths  causal decode rows " << c.window_size << " (W), prefill rows "
-     << d.prefill_index_width << " (W + Mi)";
+     << d.prefill_index_width << (d.widens_images ? " (W + Mi)" : " (W)");
   if (d.is_dspark) os << ", non-causal draft rows " << d.noncausal_index_width;
   os << "\n";
 }
@@ -100,7 +101,9 @@ std::vector<Column> columns(const SwaMetadata& md, FieldRows rows) {
         out.push_back({field.table, {}, field.contract_prefill_part, true});
       }
       out.back().arrays.push_back(value);
-      out.back().present = out.back().present && field_present(md, field.presence);
+      // A field the seed's reference has not (replay_start) shows only when the step has it.
+      out.back().present = out.back().present && field_present(md, field.presence) &&
+                           field_present(md, field.contract_key);
     }
   });
   return out;
@@ -113,9 +116,13 @@ std::string cell(const Column& c, int64_t i) {
 }
 
 void print_requests(std::ostream& os, const BatchFile& file, const SwaMetadata& md) {
-  // Per-prefill-request fields, [num_prefills]: a column on every line ('-' for decodes).
+  // Per-request fields, [num_reqs], when present; per-prefill-request fields, [num_prefills]: a
+  // column on every line ('-' for decodes).
+  std::vector<Column> request_columns = columns(md, FieldRows::kRequests);
+  std::erase_if(request_columns, [](const Column& c) { return !c.present; });
   const std::vector<Column> prefill_columns = columns(md, FieldRows::kPrefills);
   os << "requests\n  req  kind     tokens    q_len  seq_len  context";
+  for (const Column& c : request_columns) os << "  " << c.label;
   for (const Column& c : prefill_columns) os << "  " << c.label;
   os << "  image spans\n";
   for (int32_t r = 0; r < md.num_reqs; ++r) {
@@ -127,6 +134,9 @@ void print_requests(std::ostream& os, const BatchFile& file, const SwaMetadata& 
        << (decode ? "decode" : "prefill") << ' ' << std::setw(9) << tokens.str() << std::right
        << std::setw(6) << qe - qs << std::setw(9) << file.seq_lens[r] << std::setw(9)
        << file.seq_lens[r] - (qe - qs);
+    for (const Column& c : request_columns) {
+      os << std::setw(static_cast<int>(c.label.size()) + 2) << cell(c, r);
+    }
     for (const Column& c : prefill_columns) {
       os << std::setw(static_cast<int>(c.label.size()) + 2)
          << (decode ? std::string("-") : cell(c, r - md.num_decodes));

@@ -144,6 +144,11 @@ Status optional_int(const Json& parent, const std::string& path, const char* key
   return v == nullptr ? Status::Ok() : read_int(*v, str_cat(path, ".", key), out);
 }
 
+Status optional_bool(const Json& parent, const std::string& path, const char* key, bool* out) {
+  const Json* v = find(parent, key);
+  return v == nullptr ? Status::Ok() : read_bool(*v, str_cat(path, ".", key), out);
+}
+
 // Every key of the object `v` at `path` is one of `known`: a misspelt optional field would
 // otherwise be ignored without a word. Names the nearest known key when one is close.
 Status check_known_keys(const Json& v, const char* path,
@@ -167,8 +172,9 @@ Status parse_config(const Json& c, BuilderConfig* config) {
   SPARSE_SWA_RETURN_IF_ERROR(check_known_keys(
       c, "config",
       {"window_size", "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
-       "num_speculative_tokens", "speculative_method", "parallel_drafting", "max_image_tokens",
-       "noncausal_index_width", "compress_ratios"}));
+       "num_speculative_tokens", "speculative_method", "parallel_drafting", "model_runner_v2",
+       "max_image_tokens", "widen_image_spans", "noncausal_index_width", "flashinfer_decode_lens",
+       "compress_ratios"}));
   SPARSE_SWA_RETURN_IF_ERROR(required_int(c, "config", "window_size", &config->window_size));
   SPARSE_SWA_RETURN_IF_ERROR(required_int(c, "config", "block_size", &config->block_size));
   SPARSE_SWA_RETURN_IF_ERROR(
@@ -195,9 +201,15 @@ Status parse_config(const Json& c, BuilderConfig* config) {
         read_bool(*p, "config.parallel_drafting", &config->parallel_drafting));
   }
   SPARSE_SWA_RETURN_IF_ERROR(
+      optional_bool(c, "config", "model_runner_v2", &config->model_runner_v2));
+  SPARSE_SWA_RETURN_IF_ERROR(
       optional_int(c, "config", "max_image_tokens", &config->max_image_tokens));
   SPARSE_SWA_RETURN_IF_ERROR(
+      optional_bool(c, "config", "widen_image_spans", &config->widen_image_spans));
+  SPARSE_SWA_RETURN_IF_ERROR(
       optional_int(c, "config", "noncausal_index_width", &config->noncausal_index_width));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      optional_bool(c, "config", "flashinfer_decode_lens", &config->flashinfer_decode_lens));
   config->compress_ratios = {1};
   if (const Json* r = find(c, "compress_ratios")) {
     SPARSE_SWA_RETURN_IF_ERROR(
@@ -298,9 +310,10 @@ Status parse_image_spans(const Json& v, int64_t num_reqs, std::vector<ImageSpan>
 
 Status parse_batch(const Json& b, BatchFile* file) {
   SPARSE_SWA_RETURN_IF_ERROR(expect_object(b, "batch"));
-  SPARSE_SWA_RETURN_IF_ERROR(check_known_keys(
-      b, "batch",
-      {"query_start_loc", "seq_lens", "block_table", "slot_mapping", "causal", "image_spans"}));
+  SPARSE_SWA_RETURN_IF_ERROR(
+      check_known_keys(b, "batch",
+                       {"query_start_loc", "seq_lens", "block_table", "slot_mapping", "causal",
+                        "image_spans", "replay_start"}));
   const Json* v = nullptr;
   SPARSE_SWA_RETURN_IF_ERROR(require(b, "batch", "query_start_loc", "an array of integers", &v));
   SPARSE_SWA_RETURN_IF_ERROR(read_int_array(*v, "batch.query_start_loc", &file->query_start_loc));
@@ -316,6 +329,10 @@ Status parse_batch(const Json& b, BatchFile* file) {
   if (const Json* s = find(b, "image_spans")) {
     SPARSE_SWA_RETURN_IF_ERROR(
         parse_image_spans(*s, static_cast<int64_t>(file->seq_lens.size()), &file->image_spans));
+  }
+  file->replay_start.clear();
+  if (const Json* r = find(b, "replay_start")) {
+    SPARSE_SWA_RETURN_IF_ERROR(read_int_array(*r, "batch.replay_start", &file->replay_start));
   }
   return Status::Ok();
 }
@@ -414,10 +431,16 @@ StatusOr<BatchFile> parse_named_raw(std::string_view text, std::string_view sour
   return file;
 }
 
-// Messages quote user text (keys, strings, the parser's excerpt): keep them printable and short.
+// Messages quote user text (keys, strings, the parser's excerpt): keep them printable and short,
+// yet long enough for an unknown key's list of the known ones.
+constexpr size_t kMaxMessageBytes = 512;
+
 StatusOr<BatchFile> parse_named(std::string_view text, std::string_view source) {
   auto file = parse_named_raw(text, source);
-  if (!file.ok()) return with_printable_message(file.status());
+  if (!file.ok()) {
+    return Status(file.status().code(),
+                  printable_excerpt(file.status().message(), kMaxMessageBytes));
+  }
   return file;
 }
 
@@ -488,6 +511,7 @@ BatchInput BatchFile::batch_input() const {
   b.slot_mapping = slot_mapping;
   b.causal = causal;
   b.image_spans = image_spans;
+  b.replay_start = replay_start;
   return b;
 }
 
@@ -509,6 +533,7 @@ BatchFile batch_file_of(const BuilderConfig& config, const BatchInput& b) {
   f.slot_mapping.assign(b.slot_mapping.begin(), b.slot_mapping.end());
   f.causal = b.causal;
   f.image_spans.assign(b.image_spans.begin(), b.image_spans.end());
+  f.replay_start.assign(b.replay_start.begin(), b.replay_start.end());
   std::stable_sort(f.image_spans.begin(), f.image_spans.end(),
                    [](const ImageSpan& x, const ImageSpan& y) { return x.request < y.request; });
   return f;
@@ -527,7 +552,11 @@ OrderedJson batch_file_to_json(const BatchFile& f) {
   config["parallel_drafting"] = c.parallel_drafting;
   config["max_image_tokens"] = c.max_image_tokens;
   config["compress_ratios"] = c.compress_ratios;
+  // Fields the seed's reference has not: written only when they differ from the default.
   if (c.noncausal_index_width != 0) config["noncausal_index_width"] = c.noncausal_index_width;
+  if (c.model_runner_v2) config["model_runner_v2"] = true;
+  if (!c.widen_image_spans) config["widen_image_spans"] = false;
+  if (c.flashinfer_decode_lens) config["flashinfer_decode_lens"] = true;
   OrderedJson batch = OrderedJson::object();
   batch["query_start_loc"] = f.query_start_loc;
   batch["seq_lens"] = f.seq_lens;
@@ -546,6 +575,7 @@ OrderedJson batch_file_to_json(const BatchFile& f) {
     }
     batch["image_spans"] = std::move(spans);
   }
+  if (!f.replay_start.empty()) batch["replay_start"] = f.replay_start;
   OrderedJson requests = OrderedJson::array();
   for (const ChunkPlanRequest& r : f.chunk_plan_requests) {
     OrderedJson item = OrderedJson::object();
@@ -658,7 +688,7 @@ StatusOr<OrderedJson> metadata_to_json(const SwaMetadata& md,
   OrderedJson out = OrderedJson::object();
   for_each_metadata_field(md, [&](const MetadataField& field, const auto& value) {
     using T = std::remove_cvref_t<decltype(value)>;
-    if (!field.in_contract) return;
+    if (!field.in_contract || !field_present(md, field.contract_key)) return;
     const bool present = field_present(md, field.presence);
     const std::string key = field.reference;
     if constexpr (std::is_same_v<T, ConstIndexView>) {

@@ -53,6 +53,7 @@ struct BatchFile {
   std::vector<int64_t> slot_mapping;  // [num_tokens], -1 = padding
   bool causal = true;
   std::vector<ImageSpan> image_spans;  // sorted by request, then by position in the file
+  std::vector<int32_t> replay_start;   // [num_reqs], or empty (not given)
   std::vector<ChunkPlanRequest> chunk_plan_requests;
 
   // Host views into this object; valid while it lives and is not modified.

@@ -20,7 +20,7 @@ T pick(std::mt19937_64& rng, const T (&values)[N]) {
 }
 
 int32_t decode_threshold(const BuilderConfig& c) {
-  return 1 + (c.parallel_drafting ? 2 : 1) * c.num_speculative_tokens;
+  return static_cast<int32_t>(decode_threshold_of(c));
 }
 
 }  // namespace
@@ -52,8 +52,10 @@ std::string RandomCase::describe() const {
   os << "mode=" << batch_mode_name(mode) << " W=" << config.window_size
      << " B=" << config.block_size << " k=" << config.num_speculative_tokens
      << " method=" << speculative_method_name(config.speculative_method)
-     << " pd=" << config.parallel_drafting << " Mi=" << config.max_image_tokens
-     << " mnbt=" << config.max_num_batched_tokens << " seqs=" << config.max_num_seqs << " ratios=[";
+     << " pd=" << config.parallel_drafting << " v2=" << config.model_runner_v2
+     << " Mi=" << config.max_image_tokens << " widen=" << config.widen_image_spans
+     << " fi=" << config.flashinfer_decode_lens << " mnbt=" << config.max_num_batched_tokens
+     << " seqs=" << config.max_num_seqs << " ratios=[";
   for (size_t i = 0; i < config.compress_ratios.size(); ++i)
     os << (i ? "," : "") << config.compress_ratios[i];
   os << "] " << batch.describe();
@@ -70,6 +72,13 @@ void reserve_growth(RandomCase* c, int32_t max_growth) {
     cols = std::max(cols, (seq + max_growth + b - 1) / b + std::max(0, spare));
   }
   c->batch.min_block_table_cols = cols;
+}
+
+RandomBatchOptions builder_test_options() {
+  RandomBatchOptions o;
+  o.replay_start_prob = 0.35;
+  o.draw_newer_switches = true;
+  return o;
 }
 
 RandomBatch::RandomBatch(uint64_t seed, RandomBatchOptions options)
@@ -142,6 +151,15 @@ BuilderConfig RandomBatch::config_for(BatchMode mode) {
       }
       if (mode == BatchMode::kMixed && chance(0.5)) c.max_image_tokens = uniform(1, 64);
       break;
+  }
+  // The newer switches: theta without the V1 mask slots, V4.1 vision (no widening), the
+  // FlashInfer decode lens.
+  if (options_.draw_newer_switches) {
+    if (c.parallel_drafting && chance(0.3)) c.model_runner_v2 = true;
+    if (c.max_image_tokens > 0 && chance(0.25)) c.widen_image_spans = false;
+    if (c.speculative_method == SpeculativeMethod::kDspark && chance(0.4)) {
+      c.flashinfer_decode_lens = true;
+    }
   }
   // Compress ratios: empty (= {1}) or a random non-empty subset of {1, 2, 4, 128}.
   if (!chance(0.2)) {
@@ -244,20 +262,44 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
   for (Req& r : reqs) {
     if (r.query_len > 0) r.seq_len = r.query_len + pick_prefix(config, r.prefill, chunked);
   }
+  // SWA bounded replay in about a third of the batches: a prefill resuming right after a prefix
+  // hit (replay_start = prefix) or a later chunk (below it); decodes mostly replay nothing.
+  std::vector<int32_t> replay(reqs.size(), 0);
+  const bool with_replay = options_.replay_start_prob > 0 && chance(options_.replay_start_prob);
+  for (size_t i = 0; with_replay && i < reqs.size(); ++i) {
+    const int32_t prefix = reqs[i].seq_len - reqs[i].query_len;
+    if (prefix <= 0 || !chance(reqs[i].prefill ? 0.8 : 0.3)) continue;
+    switch (uniform(0, 3)) {
+      case 0:
+        replay[i] = prefix;
+        break;
+      case 1:
+        replay[i] = std::max(0, prefix - w + uniform(-2, 2));
+        break;
+      default:
+        replay[i] = uniform(0, prefix);
+        break;
+    }
+    replay[i] = std::clamp(replay[i], 0, prefix);
+  }
 
-  for (const Req& r : reqs) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Req& r = reqs[i];
     const int32_t needed = (r.seq_len + b - 1) / b;
     std::vector<int32_t> pages(needed + uniform(0, 2));
     for (int32_t& p : pages) p = random_page(b);
-    // Pages wholly before the earliest position any window of this request can read.
+    // Pages wholly before the earliest position any window of this request can read: causal
+    // windows start at replay_start or later, DSpark non-causal decode rows ignore it.
     const int32_t prefix = r.seq_len - r.query_len;
-    const int32_t lowest = prefix - std::max(w, mi) - 1;
+    const bool noncausal_rows = !causal && !r.prefill;
+    const int32_t lowest = std::max(prefix - std::max(w, mi) - 1, noncausal_rows ? 0 : replay[i]);
     if (options_.free_unread_pages && r.query_len > 0 && chance(0.5)) {
       for (int32_t i = 0; i < needed && int64_t{i + 1} * b <= lowest; ++i) pages[i] = -1;
     }
     batch.add_request(r.seq_len, r.query_len, std::move(pages));
   }
   batch.pad_tokens(padding_tokens);
+  if (with_replay) batch.replay_start = replay;
 
   if (invalid_tokens) {
     for (int32_t t = 0; t < batch.query_start_loc.back(); ++t)
@@ -281,6 +323,30 @@ TestBatch RandomBatch::batch_for(const BuilderConfig& config, BatchMode mode, bo
   // Spans in any order across requests.
   std::shuffle(batch.image_spans.begin(), batch.image_spans.end(), rng_);
   return batch;
+}
+
+RandomCase RandomBatch::other_group(const RandomCase& base) {
+  RandomCase c = base;
+  c.config.window_size = pick(rng_, kWindows);
+  c.config.block_size = pick(rng_, kBlockSizes);
+  c.config.noncausal_index_width = 0;  // derived from the new window
+  const TestBatch& b = base.batch;
+  const int32_t block = c.config.block_size;
+  TestBatch g(block);
+  g.set_causal(b.causal);
+  for (int32_t r = 0; r < b.num_reqs(); ++r) {
+    std::vector<int32_t> pages((b.seq_lens[r] + block - 1) / block + uniform(0, 2));
+    for (int32_t& p : pages) p = random_page(block);
+    g.add_request(b.seq_lens[r], b.query_len(r), std::move(pages));
+  }
+  g.pad_tokens(b.num_tokens() - b.query_start_loc.back());
+  for (int32_t t = 0; t < b.query_start_loc.back(); ++t) {
+    if (b.slot_mapping[t] < 0) g.invalidate(t);
+  }
+  g.image_spans = b.image_spans;
+  g.replay_start = b.replay_start;
+  c.batch = std::move(g);
+  return c;
 }
 
 TestBatch RandomBatch::same_shape_variant(const TestBatch& base, int32_t max_growth) {
@@ -311,6 +377,7 @@ TestBatch RandomBatch::same_shape_variant(const TestBatch& base, int32_t max_gro
       if (chance(options_.invalid_token_prob)) v.invalidate(t);
   }
   v.image_spans = base.image_spans;
+  v.replay_start = base.replay_start;  // prefixes only grow: still inside them
   return v;
 }
 

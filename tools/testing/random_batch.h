@@ -53,7 +53,18 @@ struct RandomBatchOptions {
   int32_t max_context_len = 700;       // cached tokens before a request's query
   double invalid_token_prob = 0.08;    // per real token, in batches that have invalid tokens
   bool free_unread_pages = true;       // page id -1 where no window of the step reads
+  // The share of batches with a replay_start (SWA bounded replay); 0 draws none and leaves the
+  // random stream as it was without replay. Consumers that do not apply it (the mixed matrix's
+  // recomputed prefill rows) keep 0.
+  double replay_start_prob = 0.0;
+  // Draw model_runner_v2, widen_image_spans = false and flashinfer_decode_lens at random; false
+  // leaves them at their defaults and the random stream as it was.
+  bool draw_newer_switches = false;
 };
+
+// What the builder's own randomized tests use: replay in about a third of the batches and the
+// newer config switches drawn.
+RandomBatchOptions builder_test_options();
 
 // Makes room in `c` for same_shape_variant(c->batch, max_growth): max_model_len raised by
 // max_growth, and a block table wide enough for every variant (min_block_table_cols).
@@ -82,6 +93,12 @@ class RandomBatch {
   // `base` with max_model_len raised by max_growth, when base.min_block_table_cols covers
   // seq_len + max_growth plus the two spare pages batch_for() may add.
   TestBatch same_shape_variant(const TestBatch& base, int32_t max_growth);
+
+  // Another KV-cache group of the same step (MetadataBuilder::build_groups): `base`'s config with
+  // a random window and block size, and `base`'s batch with fresh pages of that block size (the
+  // same requests, query_start_loc, seq_lens, invalid and padding tokens, image spans, causal
+  // flag and replay_start; slots recomputed, no page freed).
+  RandomCase other_group(const RandomCase& base);
 
   std::mt19937_64& rng() { return rng_; }
   int32_t uniform(int32_t lo, int32_t hi);  // inclusive

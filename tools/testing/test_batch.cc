@@ -104,6 +104,7 @@ BatchInput TestBatch::input() const {
   in.slot_mapping = slot_mapping;
   in.causal = causal;
   in.image_spans = image_spans;
+  in.replay_start = replay_start;
   return in;
 }
 
@@ -118,6 +119,10 @@ std::string TestBatch::describe() const {
   for (size_t i = 0; i < image_spans.size() && i < 8; ++i) {
     os << " (" << image_spans[i].request << ":" << image_spans[i].start << "," << image_spans[i].end
        << ")";
+  }
+  if (!replay_start.empty()) {
+    os << " replay=";
+    print_list(os, replay_start);
   }
   int invalid = 0;
   for (int32_t t = 0; t < query_start_loc.back() && t < num_tokens(); ++t)

@@ -62,6 +62,7 @@ class TestBatch {
   std::vector<std::vector<int32_t>> pages;  // [R][*]; short rows padded with `pad_page`
   std::vector<int64_t> slot_mapping;        // [T], -1 = padding / invalid
   std::vector<ImageSpan> image_spans;       // any order
+  std::vector<int32_t> replay_start;        // [R] or empty (no replay)
   bool causal = true;
   int32_t pad_page = -1;              // page id of block-table entries past a row
   int32_t min_block_table_cols = 0;   // forces a wider (or, if smaller, no) table
