@@ -201,7 +201,8 @@ def test_draft_update_equals_the_plain_builders():
     b.update_draft_decode_metadata(md)
     np.testing.assert_array_equal(md.decode_swa_indices, plain.decode_swa_indices)
     np.testing.assert_array_equal(md.decode_swa_lens, plain.decode_swa_lens)
-    assert md.decode_swa_lens.tolist() == [8, 8, 8, 4, 5, 6]
+    # Still non-causal (W = 8): prefix 11 and 3 after the advance, lens min(prefix, W) + ql 3.
+    assert md.decode_swa_lens.tolist() == [11, 11, 11, 6, 6, 6]
     assert md.flashinfer_sparse_index_cache == {} and first_sched == md.tile_sched_swaonly
 
 
