@@ -46,7 +46,7 @@
 
 #include "cuda_check.h"
 #include "sparse_swa/attention.h"
-#include "support/attention_compare.h"
+#include "testing/attention_compare.h"
 
 extern const char kAttentionShapesJson[];  // bench/attention_shapes.json
 

@@ -2,9 +2,8 @@
 // Google Benchmark timings, on the bench scenarios of testing/scenarios.h (the batch shapes of
 // the reference script's bench: W = 128, B = 256, compress ratios {1, 4, 128}, seq_len =
 // uniform(200, 8000) + query_len, random page ids in [0, 100000]), of
-//   BM_CpuBuild: the CPU reference builder's build();
-//   BM_HostPlan: the host work of the CUDA backend's build() before its launch (checks on the
-//                host copies, the split, the step's scalars and the prefill host plan).
+//   BM_CpuBuild: the CPU reference builder's build() (the CUDA backend's host time is in
+//                `sparse-swa bench --backend cuda`).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -15,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "batch_checks.h"
 #include "sparse_swa/metadata_builder.h"
 #include "testing/presets.h"
 #include "testing/scenarios.h"
@@ -47,28 +45,6 @@ void BM_CpuBuild(benchmark::State& state, testing::BenchScenario shape) {
   state.SetItemsProcessed(state.iterations() * batch.num_tokens());
 }
 
-void BM_HostPlan(benchmark::State& state, testing::BenchScenario shape) {
-  std::mt19937_64 rng(7);
-  const BuilderConfig config = testing::bench_config(shape.dspark);
-  const DerivedConfig d = derive_config(config);
-  const testing::TestBatch batch = testing::bench_batch(shape, rng);
-  const BatchInput input = batch.input();
-  std::vector<int32_t> seq_lens(config.max_num_seqs), query_lens(config.max_num_seqs);
-  for (auto _ : state) {
-    detail::StepSplit split;
-    const Status st = detail::check_batch(config, d, input, /*arrays_on_host=*/false, &split);
-    if (!st.ok()) {
-      state.SkipWithError(st.to_string().c_str());
-      break;
-    }
-    SwaMetadata md = detail::step_metadata_scalars(config, d, input, split, MemorySpace::kDevice);
-    detail::fill_prefill_host_plan(input, split, seq_lens.data(), query_lens.data());
-    benchmark::DoNotOptimize(md);
-    benchmark::ClobberMemory();
-  }
-  state.counters["tokens"] = batch.num_tokens();
-}
-
 }  // namespace
 }  // namespace sparse_swa
 
@@ -77,11 +53,6 @@ int main(int argc, char** argv) {
   for (const BenchScenario& s : sparse_swa::testing::bench_scenarios()) {
     const std::string name = sparse_swa::testing::scenario_name(s);
     benchmark::RegisterBenchmark(("BM_CpuBuild/" + name).c_str(), sparse_swa::BM_CpuBuild, s)
-        ->Unit(benchmark::kMicrosecond);
-  }
-  for (const BenchScenario& s : sparse_swa::testing::bench_scenarios()) {
-    const std::string name = sparse_swa::testing::scenario_name(s);
-    benchmark::RegisterBenchmark(("BM_HostPlan/" + name).c_str(), sparse_swa::BM_HostPlan, s)
         ->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);

@@ -6,8 +6,8 @@
 # Another revision's binaries (scripts/gpu/ab.sh build) stay in .gpu-bin/rev-*/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bins=(tests/sparse_swa_tests sparse-swa bench/sparse_swa_cuda_launch_probe
-  bench/sparse_swa_attention_bench tests/sparse_swa_soak bench/sparse_swa_gather_bench)
+bins=(tests/sparse_swa_tests sparse-swa
+  bench/sparse_swa_attention_bench tests/sparse_swa_soak)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSPARSE_SWA_CUDA=ON -DSPARSE_SWA_BENCH=OFF \
   -DSPARSE_SWA_PYTHON=OFF >/dev/null
 cmake --build build-gpu -j "$(nproc)" --target "${bins[@]##*/}"

@@ -3,7 +3,7 @@
 // heads x widths x extra widths x page sizes x batches x cache dtypes x kernels, outputs poisoned
 // first; the paths the plan leaves to few shapes also with what detail::AttentionOverrides forces
 // (CTAs that walk many items, 1-16 heads on the 64-row kernel, every split through the merge
-// kernel). Tolerance: tests/support/attention_compare.h (elementwise against the double and fp32
+// kernel). Tolerance: tests/testing/attention_compare.h (elementwise against the double and fp32
 // references; NaN never passes). The problems: tests/support/attention_cuda_problem.h.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include "attention/overrides.h"
 #include "attention/sm90_plan.h"
 #include "sparse_swa/attention.h"
-#include "support/attention_compare.h"
+#include "testing/attention_compare.h"
 #include "support/attention_cuda_problem.h"
 #include "support/device_array.h"
 #include "support/status_matchers.h"

@@ -8,7 +8,7 @@
 #include "cuda/cuda_utils.h"
 #include "soak/soak.h"
 #include "sparse_swa/attention.h"
-#include "support/attention_compare.h"
+#include "testing/attention_compare.h"
 
 namespace sparse_swa::soak {
 

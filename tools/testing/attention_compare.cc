@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "support/attention_compare.h"
+#include "testing/attention_compare.h"
 
 #include <algorithm>
 #include <cmath>
