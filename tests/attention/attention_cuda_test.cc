@@ -18,10 +18,10 @@
 #include "attention/overrides.h"
 #include "attention/sm90_plan.h"
 #include "sparse_swa/attention.h"
-#include "testing/attention_compare.h"
 #include "support/attention_cuda_problem.h"
 #include "support/device_array.h"
 #include "support/status_matchers.h"
+#include "testing/attention_compare.h"
 
 namespace sparse_swa {
 namespace {
