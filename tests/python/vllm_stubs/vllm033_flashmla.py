@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "scripts" / "gpu"))
 import vllm033_builder as v033  # noqa: E402
 
 W, SWA_BLOCK, ATTN_BLOCK, TOPK, HEAD = 128, 64, 256, 512, 512
+MAX_MODEL_LEN = 16384
 RATIOS = (1, 4, 128)
 HEADS = (8, 16, 32, 64, 128)
 MODES = ("decode", "mtp", "dspark", "chunked", "mixed", "padded")
@@ -201,28 +202,40 @@ def make_case(rng, mode, size="normal"):
         spec = spec_of("dspark", rng.choice([3, 5, 7]))
     reqs = _requests(rng, mode, 1 + spec["num_speculative_tokens"], size)
     return case_of(rng, mode, reqs, spec, invalid=0.05 if mode == "mixed" else 0.0,
-                   padding=rng.randint(0, 5) if mode in ("padded", "mixed") else 0)
+                   padding=rng.randint(0, 5) if mode in ("padded", "mixed") else 0,
+                   max_tokens=512 if size == "small" else 8192)
 
 
-def case_of(rng, mode, reqs, spec, invalid=0.0, padding=0):
+def _tables(rng, reqs, block, width):
+    """Block tables [R, width] (vLLM's: as wide as max_model_len, zeros past a request's
+    pages) over a pool of random page order; returns (tables, pool blocks)."""
+    need = [-(-s // block) for s, _ in reqs]
+    pool = sum(need) + rng.randint(1, 8)
+    perm = list(range(pool))
+    rng.shuffle(perm)
+    tables, at = [], 0
+    for n in need:
+        tables.append(perm[at:at + n] + [0] * (width - n))
+        at += n
+    return tables, pool
+
+
+def case_of(rng, mode, reqs, spec, invalid=0.0, padding=0, max_model_len=MAX_MODEL_LEN,
+            max_tokens=8192):
     """The case of requests [(seq_len, query_len)] (decodes first): pages of every cache in
     random order, a share `invalid` of the tokens with slot -1, `padding` CUDA-graph padding
-    tokens; DSpark steps non-causal."""
+    tokens; DSpark steps non-causal. The block tables' width, max_model_len and
+    max_num_batched_tokens stay the same from case to case (vLLM's Triton kernels compile per
+    block-table width)."""
+    assert max(s for s, _ in reqs) <= max_model_len
     qsl = [0]
     for _, q in reqs:
         qsl.append(qsl[-1] + q)
-    swa_cols = max(1, max(-(-s // SWA_BLOCK) for s, _ in reqs))
-    cmp_cols = max(1, max(-(-s // ATTN_BLOCK) for s, _ in reqs))
-    swa_pool = len(reqs) * swa_cols + rng.randint(1, 8)
-    perm = list(range(swa_pool))
-    rng.shuffle(perm)
-    bt = [perm[r * swa_cols:(r + 1) * swa_cols] for r in range(len(reqs))]
+    bt, swa_pool = _tables(rng, reqs, SWA_BLOCK, -(-max_model_len // SWA_BLOCK))
     tables, pools = {}, {}
     for ratio in (4, 128):
-        pools[ratio] = len(reqs) * cmp_cols + rng.randint(1, 4)
-        p = list(range(pools[ratio]))
-        rng.shuffle(p)
-        tables[ratio] = [p[r * cmp_cols:(r + 1) * cmp_cols] for r in range(len(reqs))]
+        tables[ratio], pools[ratio] = _tables(rng, reqs, ATTN_BLOCK,
+                                              -(-max_model_len // ATTN_BLOCK))
     slots = []
     for r, (s, q) in enumerate(reqs):
         for i in range(q):
@@ -230,10 +243,9 @@ def case_of(rng, mode, reqs, spec, invalid=0.0, padding=0):
             slot = bt[r][pos // SWA_BLOCK] * SWA_BLOCK + pos % SWA_BLOCK
             slots.append(-1 if invalid and rng.random() < invalid else slot)
     slots += [-1] * padding
-    config = {"window_size": W, "block_size": SWA_BLOCK,
-              "max_num_batched_tokens": max(len(slots), 256) + rng.randint(0, 64),
-              "max_num_seqs": len(reqs) + rng.randint(0, 4),
-              "max_model_len": max(s for s, _ in reqs) + rng.randint(1, 4096),
+    assert len(slots) <= max_tokens
+    config = {"window_size": W, "block_size": SWA_BLOCK, "max_num_batched_tokens": max_tokens,
+              "max_num_seqs": len(reqs) + rng.randint(0, 4), "max_model_len": max_model_len,
               "max_image_tokens": 0, "compress_ratios": [1, 4, 128], **spec}
     batch = {"query_start_loc": qsl, "seq_lens": [s for s, _ in reqs], "block_table": bt,
              "slot_mapping": slots, "causal": spec["speculative_method"] != "dspark"}
@@ -352,20 +364,43 @@ class Step:
             md[layer.prefix] = self.comp_md[layer.compress_ratio]
         return types.SimpleNamespace(attn_metadata=md)
 
-    def forward(self, layer, q, ours, manager, entry_points):
-        """One forward_mqa of layer on q [T, padded, 512] (zeros past its heads), into a new
-        output buffer; returns the output."""
+    def bind(self, layer, ours, manager, entry_points, metadata=True):
+        """Sets what vLLM's flashmla module hands the layer's forward_mqa: the forward context
+        (this step's metadata, or None for the warm-up dummy run), the workspace manager and,
+        when given, the FlashMLA entry points."""
         fm = self.loaded.flashmla
-        ctx = self.context(layer, ours)
+        ctx = self.context(layer, ours) if metadata else types.SimpleNamespace(
+            attn_metadata=None)
         fm.get_forward_context = lambda: ctx
         fm.current_workspace_manager = lambda: manager
-        fm.flash_mla_with_kvcache = entry_points.flash_mla_with_kvcache
-        fm.flash_mla_sparse_fwd = entry_points.flash_mla_sparse_fwd
+        if entry_points is not None:
+            fm.flash_mla_with_kvcache = entry_points.flash_mla_with_kvcache
+            fm.flash_mla_sparse_fwd = entry_points.flash_mla_sparse_fwd
+
+    def forward(self, layer, q, ours, manager, entry_points):
+        """One forward_mqa of layer on q (vLLM's: [T, padded heads, 512], zeros past the
+        layer's heads) into a new output buffer; returns the output."""
+        self.bind(layer, ours, manager, entry_points)
         out = torch.zeros_like(q)
         if ours:
             layer.forward_mqa(q, None, self.positions, out)
         else:
             self.loaded.vllm_forward_mqa(layer, q, None, self.positions, out)
+        return out
+
+    def new_plans(self):
+        """Drops the FlashMLA plans made for vLLM's plan holders of this step: the next call of
+        each layer type plans anew (as the first layer of its type in a step does)."""
+        for t in ("swaonly", "c4a", "c128a"):
+            holder = getattr(self.swa_vllm, f"tile_sched_{t}")
+            if holder is not None and hasattr(holder, "_flash_mla_meta"):
+                del holder._flash_mla_meta
+
+    def warm_up(self, layer, q, manager):
+        """The warm-up dummy run of our layer (no metadata); returns its output (ones before)."""
+        self.bind(layer, True, manager, None, metadata=False)
+        out = torch.ones_like(q)
+        layer.forward_mqa(q, None, self.positions, out)
         return out
 
     def keys_of(self, ratio):

@@ -51,6 +51,15 @@ def _nbytes(shape: tuple[int, ...], itemsize: int) -> int:
     return n
 
 
+def _stream(t: Any) -> Any:
+    """torch's current stream on t's device (where every call of a forward runs), None on CPU."""
+    if not t.is_cuda:
+        return None
+    import torch
+
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
 def _pages(cache: Any, block_size: int, name: str) -> Any:
     """vLLM's paged fp8_ds_mla cache [num_blocks, block_size, bytes per token] (its rows in a
     page, the page stride its stride(0)) as the [num_blocks, page bytes] rows sparse_swa reads,
@@ -206,12 +215,13 @@ class SparseSWAFlashMLAAttention:
         lse = scratch[1]
         if local is not None:
             extra["extra_indices"], extra["extra_lens"] = self._sparse_swa_to_global(
-                step, first, local, scratch[2], scratch[3])
+                step, first, local, scratch[2], scratch[3], _stream(q))
         sinks = self.attn_sink.detach()[:heads]
         if q.is_cuda:
             sparse_swa.sparse_attention(q, step.swa_pages, step.swa_block, rows, lens,
                                         float(self.scale), sinks, DTYPE, out=out, lse=lse,
-                                        workspace=scratch[0], query_group_size=group, **extra)
+                                        workspace=scratch[0], query_group_size=group,
+                                        stream=_stream(q), **extra)
         else:
             import torch
 
@@ -223,7 +233,7 @@ class SparseSWAFlashMLAAttention:
                 extra.get("extra_indices"), extra.get("extra_lens"))
 
     def _sparse_swa_to_global(self, step: _Step, first: int, local: Any, out: Any,
-                              out_lens: Any) -> tuple[Any, Any]:
+                              out_lens: Any, stream: Any) -> tuple[Any, Any]:
         """Local compressed top-k of tokens first.. -> (global slots, lens): into out / out_lens
         from the sparse_swa metadata under the drop-in builder's, else from the metadata's token
         map (vLLM's own builder's metadata)."""
@@ -232,13 +242,13 @@ class SparseSWAFlashMLAAttention:
         if isinstance(source, sparse_swa.SwaMetadata) and source.is_current:
             sparse_swa.compressed_topk_to_global(source, first, local, step.block_table,
                                                  step.extra_block, step.ratio, out=out,
-                                                 out_lens=out_lens)
+                                                 out_lens=out_lens, stream=stream)
             return out, out_lens
         from sparse_swa import _sparse_swa
 
         return _sparse_swa._compressed_topk_to_global_arrays(
             md.token_to_req_indices, md.is_valid_token, int(md.seq_lens.shape[0]), first, local,
-            step.block_table, step.extra_block, step.ratio)
+            step.block_table, step.extra_block, step.ratio, stream=stream)
 
     def _sparse_swa_budget(self, head_dim: int) -> int:
         """The bytes vLLM 0.33's own layer reserves in its dummy run for its prefill (the bf16
