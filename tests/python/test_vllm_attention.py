@@ -195,7 +195,7 @@ def test_hand_listed_keys_read_as_written():
 class _Module:
     """The vLLM module a patched class reads: the forward context and the workspace manager."""
 
-    def __init__(self, torch, metadata, manager):
+    def __init__(self, metadata, manager):
         self.ctx = NS(attn_metadata=metadata)
         self.manager = manager
 
@@ -284,7 +284,7 @@ def make_layer(torch, world, ratio, heads, metadata=None, manager=None):
         if ratio > 1:
             metadata[prefix] = world.comp[ratio]
     manager = manager or WorkspaceManager("cpu")
-    Layer._sparse_swa_vllm_module = _Module(torch, metadata, manager)
+    Layer._sparse_swa_vllm_module = _Module(metadata, manager)
     return layer, manager
 
 

@@ -17,7 +17,10 @@ at head counts cycling through 8, 16, 32, 64, 128.
 
 - test_drop_in_equals_vllms_flashmla_layer: FlashMLA is the sgl-flash-mla wheel (use_legacy=True,
   as bench/flashmla_bench.py); 240 steps, every 20th big (a 4096-token prefill chunk or 128-256
-  decode requests). Needs a CUDA GPU, sparse_swa's CUDA backend and the wheel.
+  decode requests), every 8th with a 1 MiB workspace for our layers (prefills split into calls,
+  no room for decoded keys). Every (mode, layer type, head count) is compared, but DSpark at 128
+  heads where vLLM's own FlashMLA may refuse its 192-wide rows (reported, not compared). Needs
+  a CUDA GPU, sparse_swa's CUDA backend and the wheel.
 - test_drop_in_equals_vllms_layer_on_torch_flashmla: FlashMLA emulated in fp32 torch
   (TorchFlashMLA); on a GPU 24 steps, without one 6 small steps on CPU tensors in Triton's
   interpreter, in a fresh interpreter. Also shows that the comparison catches a wrong sink.
@@ -128,7 +131,15 @@ def run_step(loaded, case, index, flash, seed, q_factor=1.0, budget=None):
             our_layer.__dict__["_sparse_swa_budget_bytes"] = budget
         q = random_q(total, heads, ref_layer.padded_heads, DEVICE, g,
                      scale=random.Random(seed + i).choice([1.0, 3.0]))
-        vllm_out = step.forward(ref_layer, q, False, WorkspaceManager(DEVICE), flash)
+        try:
+            vllm_out = step.forward(ref_layer, q, False, WorkspaceManager(DEVICE), flash)
+        except RuntimeError as e:
+            # FlashMLA takes index widths that are multiples of its key tile (128 at 128 heads):
+            # DSpark's 192-wide rows at 128 heads may be refused by vLLM's own path.
+            if not (case.spec["speculative_method"] == "dspark" and ref_layer.padded_heads == 128):
+                raise
+            out[(case.mode, ratio, heads)] = ("refused by vLLM's FlashMLA", str(e)[:200])
+            continue
         manager = WorkspaceManager(DEVICE)
         ours_q = (q[:, :heads].float() * q_factor).to(torch.bfloat16)
         warm = step.warm_up(our_layer, ours_q, manager)
@@ -157,6 +168,12 @@ def differential(loaded, count, seed, size, big_every, flash):
 
 
 def report(results, rows, what):
+    refused = {k: [r for _, r in v if isinstance(r[0], str)] for k, v in results.items()}
+    for k, v in refused.items():
+        if v:
+            print(f"  {k}: {len(v)} calls refused by vLLM's path ({v[0][1]})")
+    results = {k: [(i, r) for i, r in v if not isinstance(r[0], str)] for k, v in results.items()}
+    results = {k: v for k, v in results.items() if v}
     bad = [(k, i, r) for k, v in results.items() for i, r in v if r[0]]
     worst = max((r[1] for v in results.values() for _, r in v), default=0.0)
     ours = max((r[2] for v in results.values() for _, r in v), default=0.0)
@@ -183,8 +200,9 @@ def test_drop_in_equals_vllms_flashmla_layer(vllm033):
     results, rows = differential(loaded, 240, 58, "normal", 20, FlashMLAEntryPoints(flash_mla))
     bad = report(results, rows, "vLLM 0.33 FlashMLA layer (sgl-flash-mla) vs the drop-in")
     assert not bad, f"{len(bad)} layer calls with rows outside tolerance: {bad[:10]}"
-    covered = {(m, r, hh) for m, r, hh in results}
-    assert covered == {(m, r, hh) for m in h.MODES for r in h.RATIOS for hh in h.HEADS}
+    compared = {k for k, v in results.items() if any(not isinstance(r[0], str) for _, r in v)}
+    everything = {(m, r, hh) for m in h.MODES for r in h.RATIOS for hh in h.HEADS}
+    assert everything - compared <= {("dspark", r, 128) for r in h.RATIOS}, everything - compared
 
 
 def test_drop_in_equals_vllms_layer_on_torch_flashmla(vllm033):

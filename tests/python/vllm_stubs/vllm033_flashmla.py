@@ -270,15 +270,16 @@ class Step:
     def __init__(self, loaded, case, device, seed=0):
         self.loaded, self.case, self.device = loaded, case, device
         g = torch.Generator(device="cpu").manual_seed(seed)
+        keys = torch.Generator(device=device).manual_seed(seed)  # the caches' rows
         c, b = case.config, case.batch
         swa_layout = sparse_swa.page_layout(SWA_BLOCK)
-        self.pages = {1: self._cache(case.swa_pool, SWA_BLOCK, swa_layout["page_bytes"], g)}
+        self.pages = {1: self._cache(case.swa_pool, SWA_BLOCK, swa_layout["page_bytes"], keys)}
         self.blocks = {1: SWA_BLOCK}
         for ratio in (4, 128):
             layout = sparse_swa.compressed_page_layout(ATTN_BLOCK, ratio)
             self.blocks[ratio] = ATTN_BLOCK // ratio
             self.pages[ratio] = self._cache(case.compressed_pools[ratio], self.blocks[ratio],
-                                            layout["page_bytes"], g)
+                                            layout["page_bytes"], keys)
         # vLLM's view of a cache: [num_blocks, block_size, 584], the page stride its stride(0).
         self.kv = {r: torch.as_strided(p, (p.shape[0], self.blocks[r], 584),
                                        (p.stride(0), 584, 1)) for r, p in self.pages.items()}
@@ -315,7 +316,7 @@ class Step:
         n = blocks * block_size
         for a in range(0, n, 1 << 16):
             k = min(n, a + (1 << 16)) - a
-            rows = (torch.randn((k, HEAD), generator=g) * 2.0).to(self.device)
+            rows = torch.randn((k, HEAD), generator=g, device=self.device) * 2.0
             slots = torch.arange(a, a + k, dtype=torch.int64, device=self.device)
             if self.device.type == "cuda":
                 sparse_swa.encode_kv(pages, block_size, rows, slots)
