@@ -14,7 +14,7 @@ vLLM builds afterwards is ours, wherever its model file took the class from:
   its prefill top-k mapped like C4A's), both fp8_ds_mla pages read in place: no head padding, no
   bf16 gather, no combined index matrix, no FlashMLA plan holder. A prefill (or decode) is split
   into several calls only where its scratch would not fit the workspace vLLM's own layer
-  reserves for its prefill (see _budget).
+  reserves for its prefill (_sparse_swa_budget).
 
 vLLM's contract, kept: the same output buffer and dtype, the tokens vLLM's layer writes (decode
 rows when the step has decode requests, prefill rows when it has prefill requests), the warm-up
