@@ -60,13 +60,20 @@ def attention(mods, module, name):
     return getattr(mods[f"vllm.{module}"], name)
 
 
+def builder_patches(installation):
+    """The builder patches of an Installation (install() also patches the attention class:
+    tests/python/test_vllm_attention.py)."""
+    return [p for p in installation.patches if p.target.kind == "swa_builder"]
+
+
 def test_install_hands_vllms_attention_layers_our_builders(vllm):
     mods, dropin = vllm
     base = mods["vllm.v1.attention.backends.mla.sparse_swa"].DeepseekSparseSWAMetadataBuilder
     assert dropin.SparseSWAMetadataBuilder.__mro__[1] is base  # vLLM's model state: replay_start
     installation = dropin.install()
     assert installation.vllm == "vllm" and installation.skipped == {}
-    assert [p.target for p in installation.patches] == list(dropin.SWA_BUILDER_TARGETS)
+    assert [p.target for p in builder_patches(installation)] == list(
+        dropin.SWA_BUILDER_TARGETS)
     for module, name, ours in ATTENTION:
         backend = attention(mods, module, name).swa_backend_cls
         handed_out = backend.get_builder_cls()
@@ -99,7 +106,7 @@ def test_the_handed_out_builder_builds_like_the_plain_builder(vllm):
         assert md.replay_start is zeros and md.tile_sched_swaonly is not None
         if "V41" in cls.__name__:
             assert builder._layer_types == {"swaonly", "c1a", "c2a"}
-    assert len(installation.patches) == 4
+    assert len(builder_patches(installation)) == 4
 
 
 def test_uninstall_gives_vllm_its_own_builders_back(vllm):
@@ -107,7 +114,7 @@ def test_uninstall_gives_vllm_its_own_builders_back(vllm):
     owners = {m: attention(mods, m, n).swa_backend_cls for m, n, _ in ATTENTION}
     before = {m: b.get_builder_cls() for m, b in owners.items()}
     installation = dropin.install()
-    assert dropin.uninstall(installation) == 4
+    assert dropin.uninstall(installation) == 5  # the four builders and the attention class
     assert {m: b.get_builder_cls() for m, b in owners.items()} == before
     kv, vc = vllm_objects(load_case("mixed_mtp")["config"])
     with pytest.raises(fake_vllm.VllmBuilderRan):
@@ -143,7 +150,7 @@ def test_renamed_backends_get_a_clear_error(vllm):
 def test_a_vllm_with_deepseek_v4_only_gets_those(vllm):
     _, dropin = vllm
     installation = dropin.install()
-    assert [p.target.module for p in installation.patches] == [
+    assert [p.target.module for p in builder_patches(installation)] == [
         "models.deepseek_v4.nvidia.flashmla", "models.deepseek_v4.nvidia.flashinfer_sparse"]
     assert installation.skipped["vllm.models.deepseek_v41.nvidia.flashmla."
                                 "DeepseekSparseSWAFlashMLABackend"] == (
@@ -162,7 +169,7 @@ def test_a_builder_with_methods_the_drop_in_lacks_is_left_alone_and_said(vllm):
     assert installation.skipped[where] == (
         "vLLM's DeepseekSparseSWAFlashMLAMetadataBuilder.refresh have no sparse_swa counterpart")
     assert any(where in str(w.message) for w in caught)
-    assert len(installation.patches) == 2  # the FlashInfer ones
+    assert len(builder_patches(installation)) == 2  # the FlashInfer ones
     backend = attention(mods, "models.deepseek_v4.nvidia.flashmla",
                         "DeepseekV4FlashMLAAttention").swa_backend_cls
     assert backend.get_builder_cls().__module__.startswith("vllm.")
@@ -185,7 +192,7 @@ def test_a_stand_in_under_another_name_installs_by_its_module():
             backend = mods["fakevllm.models.deepseek_v4.nvidia.flashmla"]
             cls = backend.DeepseekSparseSWAFlashMLABackend.get_builder_cls()
             assert issubclass(cls, backend.DeepseekSparseSWAFlashMLAMetadataBuilder)
-            assert len(installation.patches) == 4
+            assert len(builder_patches(installation)) == 4
             kv, vc = vllm_objects(load_case("mixed_mtp")["config"])
             md = cls(kv, ["l"], vc, "cpu").build(0, common(batch_arrays(
                 load_case("mixed_mtp")["batch"])))

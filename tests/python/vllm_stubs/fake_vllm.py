@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """A stand-in of vLLM 0.33's class structure around the DeepSeek-V4 SWA builder, without torch:
 the module paths, class names, bases, CUDA-graph support levels, get_builder_cls() and the
-attention classes' swa_backend_cls of vLLM 0.33 (docs: README.md#using-it-from-vllm). vLLM's
-own builders refuse to run here, so a test sees at once whose builder vLLM got.
+attention classes' swa_backend_cls of vLLM 0.33 (docs: README.md#using-it-from-vllm), and the
+FlashMLA attention classes' methods (forward_mqa, _forward_decode, _forward_prefill,
+get_padded_num_q_heads, PREFILL_CHUNK_SIZE) with their modules' get_forward_context and
+current_workspace_manager. vLLM's own builders and attention methods refuse to run here, so a
+test sees at once whose vLLM got.
 
     modules = make(root="vllm")      # {name: module}, not yet in sys.modules
     with installed(modules): ...     # in sys.modules for the block
@@ -23,11 +26,37 @@ class AttentionCGSupport(enum.Enum):
 
 
 class VllmBuilderRan(AssertionError):
-    """vLLM's own SWA builder was used."""
+    """vLLM's own SWA builder (or attention method) was used."""
 
 
 def _refuse(self, *args, **kwargs):
     raise VllmBuilderRan(f"vLLM's own {type(self).__name__} ran")
+
+
+def _flashmla_attention_methods():
+    """vLLM 0.33's DeepseekV4FlashMLAAttention methods the drop-in replaces or requires (the
+    parameters as upstream's), each refusing to run."""
+
+    def forward_mqa(self, q, kv, positions, output):
+        _refuse(self)
+
+    def _forward_decode(self, q, kv_cache, swa_metadata, attn_metadata, swa_only, output):
+        _refuse(self)
+
+    def _forward_prefill(self, q, positions, compressed_k_cache, swa_k_cache, output,
+                         attn_metadata, swa_metadata):
+        _refuse(self)
+
+    def get_padded_num_q_heads(cls, num_heads):
+        return 64 if num_heads <= 64 else 128
+
+    return dict(forward_mqa=forward_mqa, _forward_decode=_forward_decode,
+                _forward_prefill=_forward_prefill, PREFILL_CHUNK_SIZE=4,
+                get_padded_num_q_heads=classmethod(get_padded_num_q_heads))
+
+
+def _no_forward_context():
+    raise VllmBuilderRan("no forward context in the stand-in")
 
 
 def _module(name, attrs, package=False):
@@ -54,10 +83,11 @@ def _threshold(vllm_config):
     return 1 + k + (k if v1_parallel else 0)
 
 
-def make(root="vllm", v4=True, v41=True, missing=(), extra_methods=None):
+def make(root="vllm", v4=True, v41=True, missing=(), extra_methods=None, attention=None):
     """{module name: module} of the stand-in. v4 / v41: whether the model packages exist;
-    missing: class names left out; extra_methods: {builder class name: [method names]} that
-    vLLM's class defines beyond 0.33's."""
+    missing: class or module-function names left out; extra_methods: {builder class name:
+    [method names]} that vLLM's class defines beyond 0.33's; attention: {name: value} replacing
+    (None: removing) members of the FlashMLA attention classes."""
     extra_methods = extra_methods or {}
     mods = {}
 
@@ -128,8 +158,14 @@ def make(root="vllm", v4=True, v41=True, missing=(), extra_methods=None):
             backend = _cls(backend_name, (base_backend,), where,
                            get_builder_cls=staticmethod(lambda b=b: b))
             attrs = {builder_name: b, backend_name: backend}
-            for attention in attention_names[kind]:
-                attrs[attention] = _cls(attention, (), where, swa_backend_cls=backend)
+            members = {}
+            if kind == "flashmla":
+                members = {**_flashmla_attention_methods(), **(attention or {})}
+                members = {k: v for k, v in members.items() if v is not None}
+                attrs.update(get_forward_context=_no_forward_context,
+                             current_workspace_manager=_no_forward_context)
+            for name in attention_names[kind]:
+                attrs[name] = _cls(name, (), where, swa_backend_cls=backend, **members)
             module(f"models.{model}.nvidia.{kind}", attrs)
 
     names = {"flashmla": ["DeepseekV4FlashMLAAttention"],

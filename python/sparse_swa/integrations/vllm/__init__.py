@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A drop-in for vLLM's DeepSeek-V4 / V4.1 SWA metadata builders (DeepseekSparseSWAMetadataBuilder
-and the FlashMLA / FlashInfer subclasses of vLLM 0.33), backed by sparse_swa.MetadataBuilder:
-the CUDA backend for CUDA tensors, the CPU one for host tensors. README.md#using-it-from-vllm
-shows how a running vLLM switches to it:
+"""Drop-ins for vLLM 0.33: the DeepSeek-V4 / V4.1 SWA metadata builders
+(DeepseekSparseSWAMetadataBuilder and its FlashMLA / FlashInfer subclasses), backed by
+sparse_swa.MetadataBuilder (the CUDA backend for CUDA tensors, the CPU one for host tensors), and
+the attention of the DeepSeek-V4 FlashMLA layer (DeepseekV4FlashMLAAttention) on
+sparse_swa.sparse_attention (attention.py). README.md#using-it-from-vllm shows how a running vLLM
+switches to them:
 
     from sparse_swa.integrations.vllm import install
-    install()   # vLLM's DeepSeek-V4/V4.1 SWA backends now hand out these builders
+    install()   # both; install(targets=SWA_BUILDER_TARGETS) or ATTENTION_TARGETS for one
 
 or directly:
 
@@ -32,6 +34,7 @@ buffers and are rewritten by its next build(); get_prefill_chunk_plan() must be 
 that next build (it raises ValueError after).
 """
 
+from .attention import SparseSWAFlashMLAAttention
 from .builder import (
     SparseSWAFlashInferMetadataBuilder,
     SparseSWAFlashMLAMetadataBuilder,
@@ -42,7 +45,9 @@ from .builder import (
 )
 from .config import LAYER_TYPES, builder_config, compress_ratios
 from .install import (
+    ATTENTION_TARGETS,
     SWA_BUILDER_TARGETS,
+    TARGETS,
     Installation,
     Patch,
     Target,
@@ -54,10 +59,10 @@ from .metadata import SparseSWAMetadata
 from .shared import SharedSWAMetadataBuilds
 
 __all__ = [
-    "LAYER_TYPES", "SWA_BUILDER_TARGETS", "Installation", "Patch",
-    "SharedSWAMetadataBuilds", "SparseSWAFlashInferMetadataBuilder",
-    "SparseSWAFlashMLAMetadataBuilder", "SparseSWAMetadata", "SparseSWAMetadataBuilder",
-    "SparseSWAV41FlashInferMetadataBuilder", "SparseSWAV41FlashMLAMetadataBuilder",
-    "SparseSWAV41MetadataBuilder", "Target", "UnsupportedVllmError", "builder_config",
-    "compress_ratios", "install", "uninstall",
+    "ATTENTION_TARGETS", "LAYER_TYPES", "SWA_BUILDER_TARGETS", "TARGETS", "Installation",
+    "Patch", "SharedSWAMetadataBuilds", "SparseSWAFlashInferMetadataBuilder",
+    "SparseSWAFlashMLAAttention", "SparseSWAFlashMLAMetadataBuilder", "SparseSWAMetadata",
+    "SparseSWAMetadataBuilder", "SparseSWAV41FlashInferMetadataBuilder",
+    "SparseSWAV41FlashMLAMetadataBuilder", "SparseSWAV41MetadataBuilder", "Target",
+    "UnsupportedVllmError", "builder_config", "compress_ratios", "install", "uninstall",
 ]
