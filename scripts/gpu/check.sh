@@ -155,6 +155,8 @@ if has python; then
     --torch-ops
   TAIL=10 step vllm_dropin_bench env PYTHONPATH=/tmp/pysite python3 bench/vllm_dropin_bench.py \
     --anchors .shared/anchors
+  TAIL=8 step vllm_groups_bench env PYTHONPATH=/tmp/pysite python3 bench/vllm_groups_bench.py \
+    --json "$OUT/vllm_groups_bench.json"
   TAIL=40 step engine_example env PYTHONPATH=/tmp/pysite python3 examples/engine_step.py \
     --anchors .shared/anchors
   # Host cost of a Python build() / sparse_attention() call on torch CUDA tensors.

@@ -6,7 +6,7 @@ them to vLLM (README.md#using-it-from-vllm)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -44,6 +44,18 @@ def _require_no_replay(replay_start: Any) -> None:
         raise ValueError("replay_start: expected zeros (this sparse_swa build has no bounded "
                          "replay: MetadataBuilder.build takes no replay_start), got "
                          f"{host.tolist()}")
+
+
+class BuildInputs(NamedTuple):
+    """One group's build arguments taken from its CommonAttentionMetadata."""
+
+    slots: Any  # [T] int64, this rank's share under PCP
+    cache_slots: Any  # PCP: the gathered slot_mapping, else None
+    cache_positions: Any  # PCP: the gathered positions, else None
+    spans: Any  # mm_req_doc_ranges where the builder widens image rows, else None
+    seq_lens_cpu: Any  # host seq_lens (vLLM's upper bound where it has one)
+    causal: bool
+    replay: Any  # replay_start for sparse_swa (None: none, or this build has no replay)
 
 
 class SparseSWAMetadataBuilder(_BASE):
@@ -124,6 +136,19 @@ class SparseSWAMetadataBuilder(_BASE):
         window KV (bounded replay), or None for none; common_prefix_len and fast_build are
         accepted and unused, as in vLLM's builder."""
         cm = common_attn_metadata
+        return self._build_with(cm, self._build_inputs(cm, replay_start), replay_start)
+
+    def _build_with(self, cm: Any, inputs: BuildInputs, replay_start: Any) -> SparseSWAMetadata:
+        kw = {} if inputs.replay is None else {"replay_start": inputs.replay}
+        md = self._builder.build(cm.query_start_loc, cm.seq_lens, cm.block_table_tensor,
+                                 inputs.slots, causal=inputs.causal, image_spans=inputs.spans,
+                                 query_start_loc_cpu=cm.query_start_loc_cpu,
+                                 seq_lens_cpu=inputs.seq_lens_cpu, **kw)
+        return self._wrap(md, cm, inputs, replay_start)
+
+    def _build_inputs(self, cm: Any, replay_start: Any) -> BuildInputs:
+        """What build() hands sparse_swa besides cm's query_start_loc(_cpu), seq_lens and
+        block_table_tensor (SharedSWAMetadataBuilds hands the same to build_groups)."""
         slots, cache_slots, cache_positions = cm.slot_mapping, None, None
         if self.pcp_size > 1:  # queries use this rank's slots, cache writes the gathered ones
             size = -(-int(cm.slot_mapping.shape[0]) // self.pcp_size)
@@ -141,24 +166,25 @@ class SparseSWAMetadataBuilder(_BASE):
         seq_cpu = getattr(cm, "seq_lens_cpu_upper_bound", None)
         if seq_cpu is None:
             seq_cpu = getattr(cm, "seq_lens_cpu", None)
-        kw = {}
+        replay = None
         if replay_start is not None:
             if _HAS_REPLAY:
-                kw["replay_start"] = replay_start
+                replay = replay_start
             else:
                 _require_no_replay(replay_start)
-        causal = bool(getattr(cm, "causal", True))
-        md = self._builder.build(cm.query_start_loc, cm.seq_lens, cm.block_table_tensor, slots,
-                                 causal=causal, image_spans=spans,
-                                 query_start_loc_cpu=cm.query_start_loc_cpu,
-                                 seq_lens_cpu=seq_cpu, **kw)
+        return BuildInputs(slots, cache_slots, cache_positions, spans, seq_cpu,
+                           bool(getattr(cm, "causal", True)), replay)
+
+    def _wrap(self, md: Any, cm: Any, inputs: BuildInputs, replay_start: Any
+              ) -> SparseSWAMetadata:
+        """The drop-in's metadata around sparse_swa's md, built from cm and inputs."""
         if replay_start is None:
             if self.no_replay_start is None:
                 self.no_replay_start = _zeros(cm.seq_lens, self._no_replay_len)
             replay_start = self.no_replay_start
-        out = self._metadata(md, cm, slots, replay_start)
-        out.cache_slot_mapping, out.cache_positions = cache_slots, cache_positions
-        if self.flashinfer_decode_lens and not causal and md.num_decode_tokens > 0:
+        out = self._metadata(md, cm, inputs.slots, replay_start)
+        out.cache_slot_mapping, out.cache_positions = inputs.cache_slots, inputs.cache_positions
+        if self.flashinfer_decode_lens and not inputs.causal and md.num_decode_tokens > 0:
             self._flashinfer_decode_lens(md, out)
         return out
 
