@@ -411,9 +411,9 @@ TEST(ConsumersCuda, RelayoutPastTheRowIsMasked) {
   EXPECT_EQ(Row(got.begin() + 12, got.begin() + 24),
             Row({0, 1, 2, 3, -1, -1, -1, -1, 4, -1, -1, -1}));
   EXPECT_EQ(Row(got.begin() + 24, got.end()), Row({0, 1, 2, 3, 4, -1, -1, -1, -1, -1, -1, -1}));
-  // Lens that are not the non-causal row's: every token masked.
-  const Row causal_lens = {3, 4, 5};
-  dev.md.decode_swa.lens = arena.upload(causal_lens.data(), causal_lens.size());
+  // Lens that are not the non-causal row's (min(prefix, W) + ql = 5): every token masked.
+  const Row wrong_lens = {3, 4, 6};
+  dev.md.decode_swa.lens = arena.upload(wrong_lens.data(), wrong_lens.size());
   SPARSE_SWA_ASSERT_OK(build_mixed_matrix({dev.md, dev.batch, 4}, {}, mixed.device()));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(download(mixed.dev_lens, 3), Row({0, 0, 0}));
