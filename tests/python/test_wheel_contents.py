@@ -3,11 +3,11 @@
 pyproject.toml's sdist.exclude (gitignore patterns) match, so an unanchored pattern such as
 "build*" once dropped integrations/vllm/builder.py from installed wheels."""
 
-import tomllib
 from pathlib import Path
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
 pathspec = pytest.importorskip("pathspec")  # scikit-build-core's own dependency
 
 REPO = Path(__file__).resolve().parents[2]
