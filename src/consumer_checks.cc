@@ -166,6 +166,12 @@ Status check_step(const ConsumerStep& step) {
                             " entries, got ", md.left_visible.size(), " / ",
                             md.right_visible.size());
   }
+  // Bounded replay: one start per request, or none (no replay); the values are checked where a
+  // window is recomputed (CPU: an error, GPU: the row masked).
+  if (!md.replay_start.empty() && static_cast<int64_t>(md.replay_start.size()) < md.num_reqs) {
+    return invalid_argument("metadata.replay_start: expected >= num_reqs ", md.num_reqs,
+                            " entries (or none: no replay), got ", md.replay_start.size());
+  }
   if (static_cast<int32_t>(md.prefill_gather_lens.size()) < md.num_prefills) {
     return invalid_argument("metadata.prefill_gather_lens: expected >= ", md.num_prefills,
                             " entries (num_prefills), got ", md.prefill_gather_lens.size());

@@ -20,7 +20,8 @@ Status check_output(const IndexView& out, MemorySpace space, int64_t rows, int64
 // num_prefill_tokens = num_tokens, num_decodes + num_prefills <= num_reqs (sums in int64), and
 // token_to_req_indices / is_valid_token hold >= num_tokens entries.
 Status check_metadata_counts(const SwaMetadata& md);
-// The metadata and batch of a step agree in sizes and memory space (check_metadata_counts first).
+// The metadata and batch of a step agree in sizes and memory space (check_metadata_counts first;
+// replay_start empty or >= num_reqs entries).
 Status check_step(const ConsumerStep& step);
 // The compressed cache of a layer: ratio valid, block size >= 1 and table shape when ratio > 1.
 Status check_cache(const CompressedCache& cache, const SwaMetadata& md, std::string_view name);

@@ -16,8 +16,13 @@
 //     negative compressed block id maps to -1. Decode rows count only mapped entries; prefill
 //     rows count min((pos + 1) / ratio, TOP_K) whatever the entries hold, as the reference does;
 //   * metadata inconsistent with the batch (a token outside its request, a window past the block
-//     table or seq_len) is an error on the CPU, with nothing written, and a row of -1 with lens 0
-//     on the GPU, which cannot report it without a sync;
+//     table or seq_len, a replay_start outside [0, prefix] of a recomputed row's request) is an
+//     error on the CPU, with nothing written, and a row of -1 with lens 0 on the GPU, which
+//     cannot report it without a sync;
+//   * the consumers that recompute causal windows from positions (the mixed matrix's prefill
+//     rows, the combined prefill) apply the metadata's replay_start as the builder does: a
+//     window starts no earlier than its request's replay_start (docs/semantics.md#bounded-replay).
+//     An empty md.replay_start means no replay; else it needs >= num_reqs entries;
 //   * metadata whose counts disagree (num_decode_tokens + num_prefill_tokens != num_tokens,
 //     num_decodes + num_prefills > num_reqs, a negative count, arrays shorter than num_tokens)
 //     is an error on both backends, checked before any arithmetic on the counts.
@@ -114,8 +119,9 @@ StatusOr<MixedMatrixForm> parse_mixed_matrix_form(std::string_view name);
 // entries (decode_local mapped as in 1., or decode_global); lens = S + compressed count.
 // Non-causal rows: as `form` says.
 // Row t >= Td: columns [0, S) recomputed from the position with the logical window W (and the
-// metadata's image visibility), then the first min((pos + 1) / ratio, TOP_K) prefill top-k
-// entries mapped to global slots; lens = S + that count.
+// metadata's image visibility, starting no earlier than md.replay_start[r]), then the first
+// min((pos + 1) / ratio, TOP_K) prefill top-k entries mapped to global slots; lens = S + that
+// count.
 // swa_lens (optional, [>= T]) gets the number of SWA entries of each row (the decode row's lens,
 // the prefill window's size), for kernels that need the exact count. Invalid tokens: row -1,
 // lens 0, swa_lens 0. out.row_stride must be a multiple of 4. A non-causal decode row must be
@@ -130,8 +136,9 @@ Status build_mixed_matrix(const ConsumerStep& step, const CompressedTopk& topk, 
 // 3. FlashMLA sparse prefill rows of one chunk of prefill_chunk_plan(), indexing the chunk's
 // gathered workspace (request b of the chunk owns rows [b * M, (b + 1) * M): the compressed
 // entries in [0, N), the gathered SWA tokens from N on):
-//   topk_len = min((pos + 1) / ratio, TOP_K),  window from the position (image-widened, clamped
-//   to the gathered range [gather_start, seq_len)),  swa_len = its size
+//   topk_len = min((pos + 1) / ratio, TOP_K),  window from the position (image-widened, from
+//   max(its start, md.replay_start[r]), clamped to the gathered range [gather_start, seq_len)
+//   with gather_start = seq_len - prefill_gather_lens[p]),  swa_len = its size
 //   row = [M*b + local_j for j < topk_len] ++ [M*b + N + p - gather_start for p in the window]
 //   lens = topk_len + swa_len;  the rest of the row is -1.
 // A local entry j < topk_len that is negative or >= seq_len / ratio (the request's gathered

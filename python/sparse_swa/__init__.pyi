@@ -134,7 +134,8 @@ class SwaMetadata:
         compressed layer passes its compressed block_table / block_size and top-k (decode_local
         for C2A/C4A or decode_global + decode_global_lens for C128A, prefill_local). form
         "flashinfer_sm100" re-lays DSpark decode rows for the SM100 kernel (ValueError when a
-        row would need more than its S SWA columns), "verbatim" copies them."""
+        row would need more than its S SWA columns), "verbatim" copies them. Prefill rows start
+        no earlier than the build's replay_start."""
     def combined_prefill(
         self,
         compress_ratio: int = 1,
@@ -145,7 +146,7 @@ class SwaMetadata:
     ) -> list[tuple[tuple[int, int, int, int], Array, Array]]:
         """FlashMLA prefill rows per chunk: ((start, end, N, M), rows [n, width] int32, lens [n]
         int32), where the metadata lives; a compressed layer passes prefill_local [>= Tp,
-        TOP_K]."""
+        TOP_K]. SWA windows start no earlier than the build's replay_start."""
 
 class MetadataBuilder:
     """The per-step SWA metadata builder (CPU backend for host arrays, CUDA for device)."""

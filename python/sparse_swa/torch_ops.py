@@ -33,9 +33,10 @@ them for a metadata built over torch tensors:
       -> (out [n, topk] int32, out_lens [n] int32)      compressed_topk_to_global(md, ...)
   mixed_matrix(STEP, causal, max_decode_query_len, compress_ratio, compressed_block_table,
       compressed_block_size, decode_local, decode_global, decode_global_lens, prefill_local,
-      form) -> (indices [T, row_width], lens [T], swa_lens [T]) int32   md.mixed_matrix(...)
+      form, replay_start) -> (indices [T, row_width], lens [T], swa_lens [T]) int32
+                                                                       md.mixed_matrix(...)
   combined_prefill(STEP, prefill_seq_lens_cpu, prefill_query_lens_cpu, max_model_len,
-      max_num_batched_tokens, compress_ratio, chunk_size, prefill_local)
+      max_num_batched_tokens, compress_ratio, chunk_size, prefill_local, replay_start)
       -> (rows [Tp, width] int32, lens [Tp] int32, plan [chunks, 6] int32 on the CPU)
   STEP = query_start_loc, seq_lens, block_table (the SWA cache's), block_size,
       token_to_req_indices, is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens,
@@ -43,6 +44,10 @@ them for a metadata built over torch tensors:
       prefill_left_visible, prefill_right_visible, window_size
   Td is the rows of decode_swa_indices and Tp = T - Td. prefill_swa_width (md.prefill_swa_width,
   W + max_image_tokens) keeps the mixed matrix's SWA section on steps without prefill rows.
+  replay_start (md.replay_start, [>= num_reqs] int32 beside query_start_loc; None, the default,
+  = no replay) is SWA bounded replay: the windows both ops recompute for prefill tokens start no
+  earlier than their request's replay_start (docs/semantics.md#bounded-replay); metadata_args
+  passes it.
   mixed_matrix's form "flashinfer_sm100" (default) re-lays the decode rows of a causal=False
   (DSpark) step for FlashInfer's SM100 kernel, "verbatim" copies them
   (docs/semantics.md#sm100-relayout); the shapes are the same.
@@ -265,6 +270,7 @@ def metadata_args(md, op: str) -> dict:
     _check(op in ("mixed_matrix", "combined_prefill"),
            f"op: expected compressed_topk_to_global, mixed_matrix or combined_prefill, got {op!r}")
     args = {name: getattr(md, name) for name in _STEP_ARGS}
+    args["replay_start"] = md.replay_start
     if op == "mixed_matrix":
         args.update(causal=md.causal, max_decode_query_len=md.max_decode_query_len)
     else:
@@ -289,6 +295,13 @@ def _prefill_width(prefill_swa_indices, prefill_swa_width):
     if prefill_swa_indices is not None:
         return prefill_swa_indices.shape[-1]
     return 0 if prefill_swa_width is None else prefill_swa_width
+
+
+def _check_replay_start(replay_start: Optional[torch.Tensor]) -> None:
+    """replay_start (optional) is [>= num_reqs]; the plain function checks its length and values."""
+    if replay_start is not None:
+        _check(replay_start.dim() == 1,
+               f"replay_start: expected shape [num_reqs], got {list(replay_start.shape)}")
 
 
 def _prefill_tokens(token_to_req_indices, decode_swa_indices):
@@ -328,14 +341,15 @@ def _(token_to_req_indices, is_valid_token, num_reqs, first_token, local, block_
     "int compress_ratio=1, Tensor? compressed_block_table=None, "
     "int? compressed_block_size=None, Tensor? decode_local=None, Tensor? decode_global=None, "
     "Tensor? decode_global_lens=None, Tensor? prefill_local=None, "
-    "str form=\"flashinfer_sm100\") -> (Tensor, Tensor, Tensor)")
+    "str form=\"flashinfer_sm100\", Tensor? replay_start=None) -> (Tensor, Tensor, Tensor)")
 def mixed_matrix(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
                  is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens,
                  prefill_swa_indices, prefill_swa_lens, prefill_swa_width, prefill_gather_lens,
                  prefill_left_visible, prefill_right_visible, window_size, causal=True,
                  max_decode_query_len=1, compress_ratio=1, compressed_block_table=None,
                  compressed_block_size=None, decode_local=None, decode_global=None,
-                 decode_global_lens=None, prefill_local=None, form="flashinfer_sm100"):
+                 decode_global_lens=None, prefill_local=None, form="flashinfer_sm100",
+                 replay_start=None):
     return sparse_swa._sparse_swa._mixed_matrix_arrays(
         query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
         is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens, prefill_swa_indices,
@@ -345,7 +359,8 @@ def mixed_matrix(query_start_loc, seq_lens, block_table, block_size, token_to_re
         compressed_block_table=compressed_block_table,
         compressed_block_size=compressed_block_size, decode_local=decode_local,
         decode_global=decode_global, decode_global_lens=decode_global_lens,
-        prefill_local=prefill_local, form=form, stream=_stream(query_start_loc))
+        prefill_local=prefill_local, form=form, replay_start=replay_start,
+        stream=_stream(query_start_loc))
 
 
 @mixed_matrix.register_fake
@@ -354,7 +369,9 @@ def _(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices, 
       prefill_swa_width, prefill_gather_lens, prefill_left_visible, prefill_right_visible,
       window_size, causal=True, max_decode_query_len=1, compress_ratio=1,
       compressed_block_table=None, compressed_block_size=None, decode_local=None,
-      decode_global=None, decode_global_lens=None, prefill_local=None, form="flashinfer_sm100"):
+      decode_global=None, decode_global_lens=None, prefill_local=None, form="flashinfer_sm100",
+      replay_start=None):
+    _check_replay_start(replay_start)
     _check(form in ("flashinfer_sm100", "verbatim"),
            f'form: expected "flashinfer_sm100" or "verbatim", got {form!r}')
     # consumers.h mixed_matrix_shape: S = max(decode width, prefill width),
@@ -395,13 +412,14 @@ def _combined_prefill_shape(token_to_req_indices, decode_swa_indices, prefill_sw
     "sparse_swa::combined_prefill", mutates_args=(),
     schema="(" + _STEP_SCHEMA + ", Tensor? prefill_seq_lens_cpu, Tensor? prefill_query_lens_cpu, "
     "int max_model_len, int max_num_batched_tokens, int compress_ratio=1, int chunk_size=4, "
-    "Tensor? prefill_local=None) -> (Tensor, Tensor, Tensor)")
+    "Tensor? prefill_local=None, Tensor? replay_start=None) -> (Tensor, Tensor, Tensor)")
 def combined_prefill(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
                      is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens,
                      prefill_swa_indices, prefill_swa_lens, prefill_swa_width,
                      prefill_gather_lens, prefill_left_visible, prefill_right_visible,
                      window_size, prefill_seq_lens_cpu, prefill_query_lens_cpu, max_model_len,
-                     max_num_batched_tokens, compress_ratio=1, chunk_size=4, prefill_local=None):
+                     max_num_batched_tokens, compress_ratio=1, chunk_size=4, prefill_local=None,
+                     replay_start=None):
     tp, width = _combined_prefill_shape(token_to_req_indices, decode_swa_indices,
                                         prefill_swa_indices, prefill_swa_width, prefill_local)
     device = query_start_loc.device
@@ -414,7 +432,7 @@ def combined_prefill(query_start_loc, seq_lens, block_table, block_size, token_t
         prefill_right_visible, window_size, prefill_seq_lens_cpu, prefill_query_lens_cpu,
         max_model_len, max_num_batched_tokens, compress_ratio=compress_ratio,
         chunk_size=chunk_size, prefill_local=prefill_local, out=rows, out_lens=lens,
-        stream=_stream(query_start_loc))
+        replay_start=replay_start, stream=_stream(query_start_loc))
     plan = torch.tensor(plan, dtype=torch.int32).reshape(len(plan), PLAN_COLUMNS)
     return rows, lens, plan
 
@@ -424,7 +442,9 @@ def _(query_start_loc, seq_lens, block_table, block_size, token_to_req_indices, 
       num_decodes, decode_swa_indices, decode_swa_lens, prefill_swa_indices, prefill_swa_lens,
       prefill_swa_width, prefill_gather_lens, prefill_left_visible, prefill_right_visible,
       window_size, prefill_seq_lens_cpu, prefill_query_lens_cpu, max_model_len,
-      max_num_batched_tokens, compress_ratio=1, chunk_size=4, prefill_local=None):
+      max_num_batched_tokens, compress_ratio=1, chunk_size=4, prefill_local=None,
+      replay_start=None):
+    _check_replay_start(replay_start)
     tp, width = _combined_prefill_shape(token_to_req_indices, decode_swa_indices,
                                         prefill_swa_indices, prefill_swa_width, prefill_local)
     chunks = torch.library.get_ctx().new_dynamic_size()  # the plan depends on host lens

@@ -26,12 +26,14 @@ namespace {
 // SwaMetadata's attributes: the batch (query_start_loc [R + 1], seq_lens [R], block_table
 // [>= R, blocks] int32, the SWA block_size), the token map (token_to_req_indices [T] int32,
 // is_valid_token [T] bool or uint8), the split (num_decodes; Td = the rows of
-// decode_swa_indices, Tp = T - Td), the SWA rows, the gather lens and the image visibility.
+// decode_swa_indices, Tp = T - Td), the SWA rows, the gather lens, the image visibility and
+// the bounded replay's starts (replay_start [>= R] int32, None = no replay).
 struct StepArgs {
   nb::handle query_start_loc, seq_lens, block_table, block_size, token_to_req_indices,
       is_valid_token, num_decodes, decode_swa_indices, decode_swa_lens, prefill_swa_indices,
       prefill_swa_lens, prefill_swa_width, prefill_gather_lens, prefill_left_visible,
       prefill_right_visible, window_size;
+  nb::handle replay_start = nb::none();
 };
 
 // Views into the arrays a CallPlace keeps alive.
@@ -149,6 +151,10 @@ Step import_step(const StepArgs& a, CallPlace* call) {
     md.left_visible = int32_array(a.prefill_left_visible, "prefill_left_visible", *call);
     md.right_visible = int32_array(a.prefill_right_visible, "prefill_right_visible", *call);
   }
+  // The library checks its length (>= num_reqs) and, where a window is recomputed, its values.
+  if (!a.replay_start.is_none()) {
+    md.replay_start = int32_array(a.replay_start, "replay_start", *call);
+  }
   return s;
 }
 
@@ -163,6 +169,7 @@ Status step_names(const Status& status) {
        {"metadata.left_visible/right_visible", "prefill_left_visible/prefill_right_visible"},
        {"metadata.left_visible / right_visible", "prefill_left_visible / prefill_right_visible"},
        {"metadata.prefill_gather_lens", "prefill_gather_lens"},
+       {"metadata.replay_start", "replay_start"},
        {"metadata.prefill_seq_lens_host", "prefill_seq_lens_cpu"},
        {"metadata.prefill_query_lens_host", "prefill_query_lens_cpu"},
        {"prefill_seq_lens_host", "prefill_seq_lens_cpu"},
@@ -375,7 +382,7 @@ void bind_consumer_arrays(nb::module_& m) {
          nb::handle max_decode_query_len, nb::handle compress_ratio,
          nb::handle compressed_block_table, nb::handle compressed_block_size,
          nb::handle decode_local, nb::handle decode_global, nb::handle decode_global_lens,
-         nb::handle prefill_local, nb::handle form, nb::handle stream) {
+         nb::handle prefill_local, nb::handle form, nb::handle replay_start, nb::handle stream) {
         const StepArgs step{query_start_loc,       seq_lens,
                             block_table,           block_size,
                             token_to_req_indices,  is_valid_token,
@@ -383,7 +390,8 @@ void bind_consumer_arrays(nb::module_& m) {
                             decode_swa_lens,       prefill_swa_indices,
                             prefill_swa_lens,      prefill_swa_width,
                             prefill_gather_lens,   prefill_left_visible,
-                            prefill_right_visible, window_size};
+                            prefill_right_visible, window_size,
+                            replay_start};
         const TopkArgs topk{compress_ratio, compressed_block_table, compressed_block_size,
                             decode_local,   decode_global,          decode_global_lens,
                             prefill_local};
@@ -401,13 +409,15 @@ void bind_consumer_arrays(nb::module_& m) {
       nb::arg("compressed_block_table") = nb::none(), nb::arg("compressed_block_size") = nb::none(),
       nb::arg("decode_local") = nb::none(), nb::arg("decode_global") = nb::none(),
       nb::arg("decode_global_lens") = nb::none(), nb::arg("prefill_local") = nb::none(),
-      nb::arg("form") = "flashinfer_sm100", nb::arg("stream") = nb::none(),
+      nb::arg("form") = "flashinfer_sm100", nb::arg("replay_start") = nb::none(),
+      nb::arg("stream") = nb::none(),
       "md.mixed_matrix(...) over the step's arrays (SwaMetadata's attribute names; the\n"
       "compressed cache's block table and block size as compressed_block_table and\n"
       "compressed_block_size): (indices [T, row_width], lens [T], swa_lens [T]) int32 where\n"
       "query_start_loc lives. causal=False marks DSpark decode rows, which form\n"
-      "\"flashinfer_sm100\" re-lays; max_decode_query_len (default 1) bounds the blocks. The\n"
-      "torch op sparse_swa::mixed_matrix.");
+      "\"flashinfer_sm100\" re-lays; max_decode_query_len (default 1) bounds the blocks.\n"
+      "replay_start ([>= num_reqs] int32, md.replay_start; None = no replay) clamps the\n"
+      "recomputed prefill windows. The torch op sparse_swa::mixed_matrix.");
   m.def(
       "_combined_prefill_arrays",
       [](nb::handle query_start_loc, nb::handle seq_lens, nb::handle block_table,
@@ -418,7 +428,8 @@ void bind_consumer_arrays(nb::module_& m) {
          nb::handle prefill_right_visible, nb::handle window_size, nb::handle prefill_seq_lens_cpu,
          nb::handle prefill_query_lens_cpu, nb::handle max_model_len,
          nb::handle max_num_batched_tokens, nb::handle compress_ratio, nb::handle chunk_size,
-         nb::handle prefill_local, nb::handle out, nb::handle out_lens, nb::handle stream) {
+         nb::handle prefill_local, nb::handle out, nb::handle out_lens, nb::handle replay_start,
+         nb::handle stream) {
         const StepArgs step{query_start_loc,       seq_lens,
                             block_table,           block_size,
                             token_to_req_indices,  is_valid_token,
@@ -426,7 +437,8 @@ void bind_consumer_arrays(nb::module_& m) {
                             decode_swa_lens,       prefill_swa_indices,
                             prefill_swa_lens,      prefill_swa_width,
                             prefill_gather_lens,   prefill_left_visible,
-                            prefill_right_visible, window_size};
+                            prefill_right_visible, window_size,
+                            replay_start};
         return combined_prefill_arrays(step, prefill_seq_lens_cpu, prefill_query_lens_cpu,
                                        max_model_len, max_num_batched_tokens, compress_ratio,
                                        chunk_size, prefill_local, out, out_lens, stream);
@@ -442,13 +454,15 @@ void bind_consumer_arrays(nb::module_& m) {
       nb::arg("prefill_query_lens_cpu").none(), nb::arg("max_model_len").none(),
       nb::arg("max_num_batched_tokens").none(), nb::kw_only(), nb::arg("compress_ratio").none() = 1,
       nb::arg("chunk_size").none() = 4, nb::arg("prefill_local") = nb::none(),
-      nb::arg("out").none(), nb::arg("out_lens").none(), nb::arg("stream") = nb::none(),
+      nb::arg("out").none(), nb::arg("out_lens").none(), nb::arg("replay_start") = nb::none(),
+      nb::arg("stream") = nb::none(),
       "md.combined_prefill(compress_ratio, chunk_size, prefill_local=...) over the step's\n"
       "arrays (SwaMetadata's attribute names; prefill_seq_lens_cpu / prefill_query_lens_cpu\n"
       "host arrays), written chunk after chunk into out [>= rows, width] int32 and out_lens\n"
       "[rows] int32 (row i = prefill token num_decode_tokens + i; rows past the chunks' tokens\n"
-      "are left as given). Returns the plan: [(start, end, N, M, row_start, row_end)]. The\n"
-      "torch op sparse_swa::combined_prefill.");
+      "are left as given). replay_start ([>= num_reqs] int32, md.replay_start; None = no\n"
+      "replay): a window starts no earlier. Returns the plan: [(start, end, N, M, row_start,\n"
+      "row_end)]. The torch op sparse_swa::combined_prefill.");
 }
 
 }  // namespace sparse_swa::python

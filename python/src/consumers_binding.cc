@@ -313,8 +313,9 @@ void bind_consumers(nb::module_& m) {
       "by default; a compressed layer (compress_ratio 2, 4 or 128) also takes its compressed\n"
       "cache's block_table [>= num_reqs, blocks] int32 and block_size, the decode top-k\n"
       "(decode_local [>= Td, topk] local indices for C2A/C4A, or decode_global [>= Td, width]\n"
-      "+ decode_global_lens for C128A) and prefill_local [>= Tp, TOP_K]. Metadata of the\n"
-      "builder's last build() only.");
+      "+ decode_global_lens for C128A) and prefill_local [>= Tp, TOP_K]. Prefill rows start no\n"
+      "earlier than the build's replay_start (bounded replay). Metadata of the builder's last\n"
+      "build() only.");
   cls.attr("combined_prefill") = nb::cpp_function(
       &combined_prefill, nb::is_method(), nb::scope(cls), nb::name("combined_prefill"),
       nb::arg("compress_ratio").none() = 1, nb::arg("chunk_size").none() = 4, nb::kw_only(),
@@ -323,7 +324,9 @@ void bind_consumers(nb::module_& m) {
       "chunk_size): a list of ((start, end, N, M), rows [n, width] int32 indexing the chunk's\n"
       "gathered workspace (the request's compressed entries, then its SWA tokens), lens [n]\n"
       "int32), where the metadata lives (device: on `stream`, as mixed_matrix). A compressed\n"
-      "layer passes its prefill top-k prefill_local [>= Tp, TOP_K] int32 (local indices).");
+      "layer passes its prefill top-k prefill_local [>= Tp, TOP_K] int32 (local indices). SWA\n"
+      "windows start no earlier than the build's replay_start and stay inside the gathered\n"
+      "range (prefill_gather_lens).");
   m.def("compressed_topk_to_global", &compressed_topk_to_global_arrays, nb::arg("metadata").none(),
         nb::arg("first_token").none(), nb::arg("local").none(), nb::arg("block_table").none(),
         nb::arg("block_size").none(), nb::arg("compress_ratio").none(), nb::kw_only(),

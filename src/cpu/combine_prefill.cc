@@ -16,12 +16,14 @@ struct CombineRow {
   int32_t pos = 0;
   int32_t seq_len = 0;
   int32_t gather_start = 0;       // first gathered position
-  formulas::Window window{0, 0};  // clamped to [gather_start, seq_len)
+  formulas::Window window{0, 0};  // from max(swa start, replay_start), clamped to the gathered
+                                  // range [gather_start, seq_len)
 };
 
 StatusOr<CombineRow> combine_row(const ConsumerStep& step, const CombineChunk& c, int32_t t) {
   const SwaMetadata& md = step.md;
-  auto tw = host_token_window(step, t, md.has_image());
+  // The rows index the gathered workspace, never a page: no block-table check (as on the GPU).
+  auto tw = host_token_window(step, t, md.has_image(), /*check_blocks=*/false);
   SPARSE_SWA_RETURN_IF_ERROR(tw.status());
   CombineRow row;
   row.b = tw->request - c.first_request;
@@ -94,7 +96,7 @@ Status cpu_check_prefill_topk(const ConsumerStep& step, int32_t compress_ratio,
   for (int32_t p = 0; p < md.num_prefill_tokens; ++p) {
     const int32_t t = td + p;
     if (!md.is_valid_token[t]) continue;
-    auto tw = host_token_window(step, t, false);
+    auto tw = host_token_window(step, t, false, /*check_blocks=*/false);
     SPARSE_SWA_RETURN_IF_ERROR(tw.status());
     const int64_t topk_len = std::min<int64_t>((tw->pos + 1) / compress_ratio, prefill_local.cols);
     const int32_t entries = step.batch.seq_lens[tw->request] / compress_ratio;

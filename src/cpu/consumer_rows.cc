@@ -5,7 +5,8 @@
 
 namespace sparse_swa::detail {
 
-StatusOr<TokenWindow> host_token_window(const ConsumerStep& step, int32_t t, bool with_image) {
+StatusOr<TokenWindow> host_token_window(const ConsumerStep& step, int32_t t, bool with_image,
+                                        bool check_blocks) {
   const SwaMetadata& md = step.md;
   const BatchInput& b = step.batch;
   const int32_t r = md.token_to_req_indices[t];
@@ -38,11 +39,20 @@ StatusOr<TokenWindow> host_token_window(const ConsumerStep& step, int32_t t, boo
                               " / 0..", int64_t{seq} - 1 - tw.pos, ", got ", left, " / ", right);
     }
   }
-  tw.window = formulas::causal_window(tw.pos, md.window_size, left, right);
+  // Bounded replay: no window KV below replay_start (none given: 0). Inside [0, prefix] as the
+  // builder checks it, so that the window keeps at least the token's own position.
+  const int32_t replay = md.replay_start.empty() ? 0 : md.replay_start[r];
+  if (replay < 0 || replay > prefix) {
+    return invalid_argument("metadata.replay_start[", r, "]: expected 0..prefix seq_lens[", r,
+                            "] - query_len = ", seq, " - ", qe - qs, " = ", prefix, ", got ",
+                            replay);
+  }
+  tw.window = formulas::causal_window(tw.pos, md.window_size, left, right, replay);
   if (tw.window.end > seq) {
     return invalid_argument("token ", t, ": window [", tw.window.start, ", ", tw.window.end,
                             ") of request ", r, " ends past seq_len ", seq);
   }
+  if (!check_blocks) return tw;
   const int32_t bs = step.block_size;
   const int32_t* bt = b.block_table.row(r);
   for (int64_t blk = tw.window.start / bs; blk <= (tw.window.end - 1) / bs; ++blk) {

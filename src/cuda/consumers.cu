@@ -50,6 +50,7 @@ struct Step {
   int32_t window;
   const int32_t* left_visible;  // null without image widening
   const int32_t* right_visible;
+  const int32_t* replay_start;  // [>= num_reqs], null without bounded replay (all 0)
 };
 
 Mat mat(const MatrixView<const int32_t>& m) { return {m.data, m.rows, m.cols, m.stride}; }
@@ -66,7 +67,8 @@ Step step_of(const ConsumerStep& s) {
           s.block_size,
           md.window_size,
           md.has_image() ? md.left_visible.data() : nullptr,
-          md.has_image() ? md.right_visible.data() : nullptr};
+          md.has_image() ? md.right_visible.data() : nullptr,
+          md.replay_start.empty() ? nullptr : md.replay_start.data()};
 }
 
 int blocks_for(int64_t rows) {
@@ -104,7 +106,8 @@ struct TokenWindow {
   formulas::Window window;
 };
 
-// host_token_window's checks as a warp vote: any failure gives ok = false.
+// host_token_window's checks as a warp vote: any failure gives ok = false. The causal window
+// starts no earlier than the request's replay_start (docs/semantics.md#bounded-replay).
 __device__ TokenWindow token_window(const Step& s, int32_t t, int32_t r, bool check_blocks,
                                     int lane) {
   TokenWindow tw{false, 0, 0, {0, 0}};
@@ -119,7 +122,10 @@ __device__ TokenWindow token_window(const Step& s, int32_t t, int32_t r, bool ch
     right = s.right_visible[t];
     if (left < 0 || right < 0) return tw;
   }
-  tw.window = formulas::causal_window(tw.pos, s.window, left, right);
+  // Bounded replay: the CPU's error for a start outside [0, prefix] masks the row here.
+  const int32_t replay = s.replay_start != nullptr ? s.replay_start[r] : 0;
+  if (replay < 0 || replay > prefix) return tw;
+  tw.window = formulas::causal_window(tw.pos, s.window, left, right, replay);
   if (tw.window.end > tw.seq_len) return tw;
   bool bad = false;
   if (check_blocks) {

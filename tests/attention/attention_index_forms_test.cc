@@ -5,7 +5,8 @@
 // plan, the combined rows into a workspace gathered as an engine gathers it (each chunk request's
 // compressed entries, then its SWA positions from gather_start, decoded from the paged caches and
 // written in the workspace's dtype; rows nothing should read hold NaN). Both calls must give the
-// same output and lse up to the order of the sums, on random batches of the builder's modes.
+// same output and lse up to the order of the sums, on random batches of the builder's modes (with
+// bounded replay in some).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -194,14 +195,18 @@ class AttentionIndexForms : public ::testing::TestWithParam<Forms> {};
 
 TEST_P(AttentionIndexForms, CombinedPrefillRowsAttendAsThePerTokenSegments) {
   const Forms forms = GetParam();
-  testing::RandomBatch gen(20261202 + static_cast<int>(forms.paged) * 7 +
-                           static_cast<int>(forms.workspace));
+  const uint64_t seed =
+      20261202 + static_cast<int>(forms.paged) * 7 + static_cast<int>(forms.workspace);
+  // 48 batches of the builder's modes, then 24 with bounded replay in most of them.
+  testing::RandomBatchOptions replay_options = testing::builder_test_options();
+  replay_options.replay_start_prob = 0.8;
+  testing::RandomBatch gen(seed), replay_gen(seed, replay_options);
   std::mt19937 rng(7);
   const testing::BatchMode modes[] = {testing::BatchMode::kChunkedPrefill,
                                       testing::BatchMode::kPlainDecode, testing::BatchMode::kMtp};
-  int64_t rows_with_both = 0, chunks = 0, later_requests = 0, later_chunks = 0;
-  for (int iter = 0; iter < 48; ++iter) {
-    testing::RandomCase rc = gen.next(modes[iter % 3]);
+  int64_t rows_with_both = 0, chunks = 0, later_requests = 0, later_chunks = 0, replayed = 0;
+  for (int iter = 0; iter < 72; ++iter) {
+    testing::RandomCase rc = (iter < 48 ? gen : replay_gen).next(modes[iter % 3]);
     compact_pages(&rc.batch);
     SCOPED_TRACE(rc.describe());
     auto builder = cpu_builder(rc.config);
@@ -210,6 +215,7 @@ TEST_P(AttentionIndexForms, CombinedPrefillRowsAttendAsThePerTokenSegments) {
     SPARSE_SWA_ASSERT_OK(builder->build(input, &md));
     const int32_t td = md.num_decode_tokens, tp = md.num_prefill_tokens;
     if (tp == 0) continue;
+    replayed += md.replay_start_given;
     const int32_t bs = rc.config.block_size, num_reqs = md.num_reqs;
     std::vector<int32_t> ratios;
     for (int32_t r : {1, 2, 4, 128}) {
@@ -343,11 +349,12 @@ TEST_P(AttentionIndexForms, CombinedPrefillRowsAttendAsThePerTokenSegments) {
     ASSERT_EQ(first, real);
   }
   // What the batches reached: rows that read both caches, chunks, requests after a chunk's first
-  // (workspace rows from b * M on) and chunks after a step's first.
+  // (workspace rows from b * M on), chunks after a step's first, and replaying steps.
   EXPECT_GT(rows_with_both, 500);
   EXPECT_GT(chunks, 30);
   EXPECT_GT(later_requests, 20);
   EXPECT_GT(later_chunks, 3);
+  EXPECT_GT(replayed, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AttentionIndexForms,

@@ -2,8 +2,8 @@
 // `sparse-swa build --consumer NAME`: the consumer JSON (tools/json/consumer_json.h) on the
 // shipped batch files, through the same calls the CLI makes (read_batch_file, a CPU builder,
 // consumer_to_json). Expected values are the golden vectors of
-// docs/semantics.md#example-1-mixed-mtp-batch (SWA-only layer), written out by hand; error paths
-// check the message text.
+// docs/semantics.md#example-1-mixed-mtp-batch (SWA-only layer) and of example 6 (bounded replay),
+// written out by hand; error paths check the message text.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -148,6 +148,31 @@ TEST_F(ConsumerJson, TwoPrefillRequestsInOneChunk) {
   EXPECT_EQ(ints((*c)["prefill_ragged"]["indptr"]), Row({0, 7, 15, 23, 31, 32, 34, 37}));
 }
 
+// Docs example 6 (bounded replay, replay_start [0, 8, 12]): the prefill windows start at the
+// replay start, never on the freed pages below it, in the mixed matrix, the prefill CSR and the
+// combined prefill (one chunk (0, 2, N 0, M 13); gather_start 14 - 6 = 8 and 20 - 8 = 12).
+TEST_F(ConsumerJson, Example6ReplayPrefill) {
+  Load("replay_prefill.json");
+  auto c = Consumer("flashinfer_sm100");
+  SPARSE_SWA_ASSERT_OK(c.status());
+  const Json& mixed = (*c)["mixed"];
+  ASSERT_EQ(mixed["indices"].size(), 11u);
+  EXPECT_EQ(ints(mixed["indices"][1]), Row({44, -1, -1, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(ints(mixed["indices"][6]), Row({44, 45, 46, 47, 24, 25, -1, -1}));
+  EXPECT_EQ(ints(mixed["indices"][7]), Row({4, 5, 6, 7, 16, -1, -1, -1}));
+  EXPECT_EQ(ints(mixed["lens"]), Row(11, 8));
+  EXPECT_EQ(ints(mixed["swa_lens"]), Row({8, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8}));
+  EXPECT_EQ(ints((*c)["prefill_ragged"]["indptr"]), Row({0, 1, 3, 6, 10, 15, 21, 26, 32, 39, 47}));
+  const Json& chunks = (*c)["combined_prefill"];
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(ints(chunks[0]["chunk"]), Row({0, 2, 0, 13}));
+  EXPECT_EQ(ints(chunks[0]["rows"][0]), padded({0}, 128));
+  EXPECT_EQ(ints(chunks[0]["rows"][5]), padded({0, 1, 2, 3, 4, 5}, 128));
+  EXPECT_EQ(ints(chunks[0]["rows"][6]), padded({13, 14, 15, 16, 17}, 128));
+  EXPECT_EQ(ints(chunks[0]["rows"][9]), padded({13, 14, 15, 16, 17, 18, 19, 20}, 128));
+  EXPECT_EQ(ints(chunks[0]["lens"]), Row({1, 2, 3, 4, 5, 6, 5, 6, 7, 8}));
+}
+
 // A CUDA-graph padded decode-only step (docs example 2): padded rows -1 with lens 0 everywhere,
 // no prefill rows and no chunks.
 TEST_F(ConsumerJson, PaddedDecodeOnly) {
@@ -206,11 +231,11 @@ TEST_F(ConsumerJson, DeviceMetadataRejected) {
                         {"metadata: expected host memory", "got device views"}));
 }
 
-// Every shipped batch file (DSpark, vision, padded, mixed) through every built-in consumer, and
-// the reference keys are left as they were.
+// Every shipped batch file (DSpark, vision, padded, mixed, replay) through every built-in
+// consumer, and the reference keys are left as they were.
 TEST_F(ConsumerJson, EveryShippedCaseEveryConsumer) {
-  for (const char* name :
-       {"mixed_mtp.json", "dspark_draft.json", "padded_decode.json", "vision_prefill.json"}) {
+  for (const char* name : {"mixed_mtp.json", "dspark_draft.json", "padded_decode.json",
+                           "vision_prefill.json", "replay_prefill.json"}) {
     Load(name);
     for (const std::string& consumer : builtin_policy_names()) {
       auto c = Consumer(consumer);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -134,6 +135,7 @@ struct DeviceStep {
       md.right_visible = a->upload(h.right_visible);
     }
     md.prefill_gather_lens = a->upload(h.prefill_gather_lens);
+    md.replay_start = a->upload(h.replay_start);  // the consumers read the metadata's copy
     batch = hb;
     batch.query_start_loc = a->upload(hb.query_start_loc);
     batch.seq_lens = a->upload(hb.seq_lens);
@@ -311,10 +313,12 @@ std::string compare_step(RandomBatch& gen, const SwaMetadata& md, const BatchInp
   return "";
 }
 
+// A third of the batches replay (pages below the replay start freed): the recomputed prefill
+// windows of both backends start at the metadata's replay_start.
 TEST(ConsumersCuda, MatchCpuBitwiseOnRandomBatches) {
   SKIP_WITHOUT_GPU();
   const int cases = env_int("SPARSE_SWA_CONSUMER_CASES", 3000);
-  RandomBatch gen(4242);
+  RandomBatch gen(4242, testing::builder_test_options());
   int64_t compared = 0;
   for (int i = 0; i < cases; ++i) {
     testing::RandomCase c = gen.next();
@@ -328,11 +332,11 @@ TEST(ConsumersCuda, MatchCpuBitwiseOnRandomBatches) {
   std::printf("compared %d batches, %lld mixed rows\n", cases, static_cast<long long>(compared));
 }
 
-// Garbage that the CPU reports (bad token mapping, windows past the block table) gives rows of
-// -1 and lens 0 on the GPU, never a fault.
+// Garbage that the CPU reports (bad token mapping, windows past the block table, replay starts
+// outside the prefix) gives rows of -1 and lens 0 on the GPU, never a fault.
 TEST(ConsumersCuda, InconsistentMetadataIsMaskedNotFaulting) {
   SKIP_WITHOUT_GPU();
-  RandomBatch gen(99);
+  RandomBatch gen(99, testing::builder_test_options());
   for (int i = 0; i < 50; ++i) {
     testing::RandomCase c = gen.next();
     auto builder = testing::cpu_builder(c.config);
@@ -341,8 +345,11 @@ TEST(ConsumersCuda, InconsistentMetadataIsMaskedNotFaulting) {
     SPARSE_SWA_ASSERT_OK(builder->build(input, &md));
     Row t2r(md.token_to_req_indices.begin(), md.token_to_req_indices.end());
     for (auto& r : t2r) r = gen.chance(0.3) ? gen.uniform(-5, 1000) : r;
+    Row replay(md.replay_start.begin(), md.replay_start.end());
+    for (auto& r : replay) r = gen.chance(0.2) ? gen.uniform(-3, 1000) : r;
     SwaMetadata bad = md;
     bad.token_to_req_indices = t2r;
+    bad.replay_start = replay;
     Arena arena;
     DeviceStep dev(&arena, bad, input);
     dev.batch.block_table.cols = gen.uniform(0, 1);  // most windows now fall off the table
@@ -418,6 +425,64 @@ TEST(ConsumersCuda, RelayoutPastTheRowIsMasked) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(download(mixed.dev_lens, 3), Row({0, 0, 0}));
   EXPECT_EQ(download(mixed.dev_data, 3 * 12), Row(3 * 12, -1));
+}
+
+// Docs Example 6 (docs/semantics.md#example-6-bounded-replay): the GPU's mixed matrix and
+// combined prefill equal the CPU's hand-checked rows (tests/consumers/replay_consumers_test.cc);
+// a replay_start past request 1's prefix (8), an error on the CPU, masks that request's rows
+// (-1, lens 0) and leaves the others as they were.
+TEST(ConsumersCuda, ReplayStartClampsAndMasksLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  BuilderConfig c;
+  c.window_size = 8;
+  c.block_size = 4;
+  c.max_num_batched_tokens = 64;
+  c.max_num_seqs = 8;
+  c.max_model_len = 64;
+  testing::TestBatch batch(4);
+  batch.add_request(11, 1, {7, 3, 9, 2, 0})
+      .add_request(14, 6, {-1, -1, 11, 6, 0})
+      .add_request(20, 4, {-1, -1, -1, 1, 4});
+  batch.replay_start = {0, 8, 12};
+  const BatchInput input = batch.input();
+  auto builder = testing::cpu_builder(c);
+  SwaMetadata md;
+  SPARSE_SWA_ASSERT_OK(builder->build(input, &md));
+  Arena arena;
+  DeviceStep dev(&arena, md, input);
+  const ChunkPlanEntry chunk{0, 2, 0, 13};
+  OutputPair mixed(&arena, 11, 8, 8), comb(&arena, 10, 128, 128);
+  SPARSE_SWA_ASSERT_OK(build_mixed_matrix({md, input, 4}, {}, mixed.host()));
+  SPARSE_SWA_ASSERT_OK(build_mixed_matrix({dev.md, dev.batch, 4}, {}, mixed.device()));
+  SPARSE_SWA_ASSERT_OK(build_combined_prefill({md, input, 4}, chunk, 1, {}, comb.host()));
+  SPARSE_SWA_ASSERT_OK(build_combined_prefill({dev.md, dev.batch, 4}, chunk, 1, {}, comb.device()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(mixed.compare(), "");
+  EXPECT_EQ(comb.compare(), "");
+  EXPECT_EQ(mixed.host_lens, Row(11, 8));
+  EXPECT_EQ(comb.host_lens, Row({1, 2, 3, 4, 5, 6, 5, 6, 7, 8}));
+
+  const Row past = {0, 9, 12};
+  SwaMetadata bad = md;
+  bad.replay_start = past;
+  EXPECT_FALSE(build_mixed_matrix({bad, input, 4}, {}, mixed.host()).ok());
+  dev.md.replay_start = arena.upload(std::span<const int32_t>(past));
+  SPARSE_SWA_ASSERT_OK(build_mixed_matrix({dev.md, dev.batch, 4}, {}, mixed.device()));
+  SPARSE_SWA_ASSERT_OK(build_combined_prefill({dev.md, dev.batch, 4}, chunk, 1, {}, comb.device()));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Row mixed_rows = download(mixed.dev_data, 11 * 8),
+            comb_rows = download(comb.dev_data, 10 * 128);
+  for (int t = 1; t < 7; ++t) {  // request 1's tokens: masked
+    EXPECT_EQ(Row(mixed_rows.begin() + t * 8, mixed_rows.begin() + (t + 1) * 8), Row(8, -1)) << t;
+    EXPECT_EQ(Row(comb_rows.begin() + (t - 1) * 128, comb_rows.begin() + t * 128), Row(128, -1));
+  }
+  EXPECT_EQ(download(mixed.dev_lens, 11), Row({8, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8}));
+  EXPECT_EQ(download(comb.dev_lens, 10), Row({0, 0, 0, 0, 0, 0, 5, 6, 7, 8}));
+  for (int t : {0, 7, 10}) {  // the other requests' rows: as before
+    EXPECT_EQ(Row(mixed_rows.begin() + t * 8, mixed_rows.begin() + (t + 1) * 8),
+              Row(mixed.host_data.begin() + t * 8, mixed.host_data.begin() + (t + 1) * 8))
+        << t;
+  }
 }
 
 // The launchers enqueue on the caller's stream without synchronising: a CUDA graph captured at

@@ -743,10 +743,11 @@ TEST_F(Example1, DeviceViewsNeedTheCudaBackend) {
 
 // ------------------------------------------------------------------ randomized properties
 
-// Every consumer against the builder's own rows, on random batches of every mode.
+// Every consumer against the builder's own rows, on random batches of every mode, a third of
+// them with bounded replay (pages below the replay start freed).
 TEST(ConsumerProperties, RandomBatchesAgreeWithBuilderRows) {
-  testing::RandomBatch gen(20261129);
-  int checked_prefill_rows = 0;
+  testing::RandomBatch gen(20261129, testing::builder_test_options());
+  int checked_prefill_rows = 0, replayed_prefill_rows = 0;
   for (int iter = 0; iter < 300; ++iter) {
     testing::RandomCase rc = gen.next();
     SCOPED_TRACE(rc.describe());
@@ -774,6 +775,11 @@ TEST(ConsumerProperties, RandomBatchesAgreeWithBuilderRows) {
       ASSERT_EQ(mixed.row(t, n), Row(v.row(i), v.row(i) + n)) << "token " << t;
       for (int32_t j = n; j < shape.row_width; ++j) ASSERT_EQ(mixed.row(t)[j], -1);
       checked_prefill_rows += t >= td;
+      if (t >= td && valid) {  // a window the replay start clipped
+        const int32_t r = md.token_to_req_indices[t];
+        const int32_t pos = rc.batch.prefix_len(r) + t - input.query_start_loc[r];
+        replayed_prefill_rows += md.replay_start[r] > pos - (md.window_size - 1);
+      }
     }
 
     // Ragged of both views: the dense prefixes, packed.
@@ -822,6 +828,7 @@ TEST(ConsumerProperties, RandomBatchesAgreeWithBuilderRows) {
     }
   }
   EXPECT_GT(checked_prefill_rows, 1000);
+  EXPECT_GT(replayed_prefill_rows, 100);
 }
 
 }  // namespace

@@ -340,6 +340,19 @@ const std::map<std::string, ApiCase>& api_cases() {
          const BatchInput batch{qsl, seq, {bt.data(), 1, 2, 2}, {}, false, {}};
          return build_mixed_matrix({md, batch, 4}, {}, {out.data(), out_lens.data(), 3, 12, 12, 8});
        }},
+      {"api_consumer_replay_start",
+       [] {
+         // Request 2 prefills positions 6..9 (prefix 6): a replay start past its prefix.
+         BaseStep s;
+         static const std::vector<int32_t> replay = {0, 0, 7};
+         SwaMetadata md = s.md;
+         md.replay_start = replay;
+         const MixedMatrixShape shape = mixed_matrix_shape(md, {});
+         std::vector<int32_t> out(7 * shape.row_width), lens(7);
+         return build_mixed_matrix(
+             {md, s.batch, 4}, {},
+             {out.data(), lens.data(), 7, shape.row_width, shape.row_width, 8});
+       }},
       {"api_ragged_capacity",
        [] {
          BaseStep s;

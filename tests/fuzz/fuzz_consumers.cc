@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the index consumers (consumers.h), host backend. Each input describes a
-// small valid step (config + batch, built by the CPU builder), optionally corrupts copies of the
-// metadata and batch arrays (the consumers document errors for metadata the builder would have
-// rejected), then drives every conversion with fuzzed shapes and values:
+// small valid step (config + batch, bounded replay in some, built by the CPU builder), optionally
+// corrupts copies of the metadata and batch arrays (the consumers document errors for metadata the
+// builder would have rejected), then drives every conversion with fuzzed shapes and values:
 // compressed_topk_to_global, copy_global_topk, build_mixed_matrix, prefill_chunk_plan +
 // combined_prefill_shape + build_combined_prefill + check_prefill_topk, and to_ragged.
 // Each call must return an error that wrote nothing, or outputs that keep the view invariants
@@ -83,7 +83,7 @@ struct OutView {
 // A small valid step: the builder's inputs, owned.
 struct Step {
   BuilderConfig config;
-  std::vector<int32_t> qsl{0}, seq_lens, block_table;
+  std::vector<int32_t> qsl{0}, seq_lens, block_table, replay;
   int64_t cols = 0;
   std::vector<int64_t> slots;
   std::vector<ImageSpan> spans;
@@ -99,6 +99,7 @@ struct Step {
     b.slot_mapping = slots;
     b.causal = causal;
     b.image_spans = spans;
+    b.replay_start = replay;
     return b;
   }
 };
@@ -150,6 +151,17 @@ Step make_step(FuzzedDataProvider& in) {
     }
   }
   s.causal = !(c.speculative_method == SpeculativeMethod::kDspark && in.ConsumeBool());
+  // SWA bounded replay in some steps (docs/semantics.md#bounded-replay): a start inside each
+  // prefix and, on causal steps, the pages wholly below it freed (-1) as an engine frees them.
+  if (in.ConsumeBool()) {
+    for (int32_t r = 0; r < num_reqs; ++r) {
+      const int32_t rs = in.ConsumeIntegralInRange<int32_t>(0, s.seq_lens[r] - query_lens[r]);
+      s.replay.push_back(rs);
+      for (int64_t blk = 0; s.causal && (blk + 1) * c.block_size <= rs; ++blk) {
+        s.block_table[r * s.cols + blk] = -1;
+      }
+    }
+  }
   // The span buffers hold max_num_batched_tokens spans (the reference asserts it too).
   c.max_num_batched_tokens =
       std::max<int32_t>(static_cast<int32_t>(std::max(s.slots.size(), s.spans.size())), 1) +
@@ -163,7 +175,7 @@ Step make_step(FuzzedDataProvider& in) {
 struct OwnedStep {
   SwaMetadata md;
   std::vector<int32_t> token_to_req, decode_rows, decode_lens, prefill_rows, prefill_lens, left,
-      right, gather, prefill_seq, prefill_ql;
+      right, gather, prefill_seq, prefill_ql, replay;
   std::vector<uint8_t> valid;
   std::vector<int32_t> qsl, seq_lens, block_table;
   BatchInput batch;
@@ -187,6 +199,7 @@ struct OwnedStep {
     gather.assign(src.prefill_gather_lens.begin(), src.prefill_gather_lens.end());
     prefill_seq.assign(src.prefill_seq_lens_host.begin(), src.prefill_seq_lens_host.end());
     prefill_ql.assign(src.prefill_query_lens_host.begin(), src.prefill_query_lens_host.end());
+    replay.assign(src.replay_start.begin(), src.replay_start.end());
     md.token_to_req_indices = token_to_req;
     md.is_valid_token = valid;
     md.left_visible = left;
@@ -194,6 +207,7 @@ struct OwnedStep {
     md.prefill_gather_lens = gather;
     md.prefill_seq_lens_host = prefill_seq;
     md.prefill_query_lens_host = prefill_ql;
+    md.replay_start = replay;
     qsl.assign(b.query_start_loc.begin(), b.query_start_loc.end());
     seq_lens.assign(b.seq_lens.begin(), b.seq_lens.end());
     block_table.assign(b.block_table.data,
@@ -214,7 +228,7 @@ struct OwnedStep {
     const int32_t t = static_cast<int32_t>(token_to_req.size());  // the true count
     // 22 picks one of the later kinds too, so that older inputs keep their meaning.
     int kind = in.ConsumeIntegralInRange<int>(0, 22);
-    if (kind == 22) kind += in.ConsumeIntegralInRange<int>(0, 3);
+    if (kind == 22) kind += in.ConsumeIntegralInRange<int>(0, 4);
     switch (kind) {
       case 0:
         poke(token_to_req, -2, 8);
@@ -292,8 +306,11 @@ struct OwnedStep {
       case 24:
         md.max_model_len = in.ConsumeBool() ? fuzz_int(in, -1, 200) : in.ConsumeIntegral<int64_t>();
         break;
-      default:
+      case 25:
         md.max_num_batched_tokens = fuzz_int(in, -1, 40);
+        break;
+      default:
+        poke(replay, -2, 120);
         break;
     }
   }

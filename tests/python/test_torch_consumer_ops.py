@@ -2,7 +2,8 @@
 """torch.ops.sparse_swa consumer ops (compressed_topk_to_global, mixed_matrix, combined_prefill)
 over the metadata's arrays: equal to the plain functions on an SwaMetadata bit for bit on random
 batches (decode, MTP, DSpark, padding, chunked prefill, images; compressed ratios 1, 4 and 128;
-both mixed-matrix forms), the SM100 relayout of DSpark rows by hand, errors naming the argument,
+both mixed-matrix forms), bounded replay (docs example 6 by hand and random replaying batches:
+the ops' replay_start), the SM100 relayout of DSpark rows by hand, errors naming the argument,
 fake implementations (opcheck, torch.compile(fullgraph=True)), and on a GPU the CUDA path equal
 to the CPU one. Skipped without torch; GPU tests skip without CUDA."""
 
@@ -15,6 +16,7 @@ import sparse_swa
 import swa_model
 from conftest import batch_arrays, image_spans, load_case
 from test_random_batches import random_batch, random_config
+from test_replay_consumers import EX6_COMBINED, EX6_DECODE, EX6_PREFILL, replaying_batch
 
 torch = pytest.importorskip("torch")
 from sparse_swa import torch_ops  # noqa: E402  registers the ops
@@ -27,12 +29,15 @@ CHUNKED = {"window_size": 32, "block_size": 16, "max_num_batched_tokens": 64,
            "max_num_seqs": 8, "max_model_len": 128}
 
 
-def build(config, arrays, causal=True, spans=None, device="cpu"):
-    """The metadata of a batch built from torch tensors on `device` (a fresh builder)."""
+def build(config, arrays, causal=True, spans=None, device="cpu", replay_start=None):
+    """The metadata of a batch built from torch tensors on `device` (a fresh builder);
+    replay_start: a numpy [num_reqs] int32 array or None."""
     qsl, seq, bt, slots = (torch.from_numpy(a) for a in arrays)
     kwargs = {}
+    if replay_start is not None:
+        kwargs["replay_start"] = torch.from_numpy(replay_start).to(device)
     if device != "cpu":
-        kwargs = {"query_start_loc_cpu": qsl, "seq_lens_cpu": seq}
+        kwargs.update(query_start_loc_cpu=qsl, seq_lens_cpu=seq)
         qsl, seq, bt, slots = (a.to(device) for a in (qsl, seq, bt, slots))
     builder = sparse_swa.MetadataBuilder(config)
     return builder, builder.build(qsl, seq, bt, slots, causal=causal, image_spans=spans, **kwargs)
@@ -171,6 +176,77 @@ def test_a_decode_only_vision_step_keeps_the_prefill_width():
     assert ops.mixed_matrix(**args)[0].shape[1] == md.decode_swa_width
 
 
+def replay_step(device="cpu"):
+    """docs/semantics.md example 6: W = 8, replay_start [0, 8, 12], the pages below freed."""
+    case = load_case("replay_prefill")
+    b = case["batch"]
+    _, md = build(case["config"], batch_arrays(b), device=device,
+                  replay_start=np.array(b["replay_start"], np.int32))
+    return md
+
+
+def expect_rows(indices, want):
+    for row, w in zip(indices.cpu().tolist(), want):
+        assert row[:len(w)] == w and all(v == -1 for v in row[len(w):])
+
+
+def test_replay_start_by_hand():
+    """docs example 6: metadata_args passes md.replay_start, so the prefill rows start at each
+    request's replay start in the mixed matrix and the combined prefill, as the plain functions
+    give them; without it the windows reach the freed pages; past a prefix it is an error."""
+    md = replay_step()
+    args = torch_ops.metadata_args(md, "mixed_matrix")
+    assert args["replay_start"].tolist() == [0, 8, 12]
+    for form in FORMS:
+        got = ops.mixed_matrix(**args, form=form)
+        for g, e in zip(got, md.mixed_matrix(form=form)):
+            assert torch.equal(g, e)
+        expect_rows(got[0], [EX6_DECODE] + EX6_PREFILL)
+        assert got[2].tolist() == [8, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8]
+    rows, lens, plan = ops.combined_prefill(**torch_ops.metadata_args(md, "combined_prefill"))
+    assert plan.tolist() == [[0, 2, 0, 13, 0, 10]]
+    expect_rows(rows, EX6_COMBINED)
+    assert lens.tolist() == [1, 2, 3, 4, 5, 6, 5, 6, 7, 8]
+    expect_combined_equal(md, 1, 4, None, rows, lens, plan)
+    with pytest.raises(ValueError, match=r"^block_table\[1\]\[0\]: expected a block id >= 0"):
+        ops.mixed_matrix(**{**args, "replay_start": None})
+    past = torch.tensor([0, 9, 12], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^replay_start\[1\]: expected 0\.\.prefix "
+                                         r"seq_lens\[1\] - query_len = 14 - 6 = 8, got 9$"):
+        ops.mixed_matrix(**{**args, "replay_start": past})
+    with pytest.raises(ValueError, match=r"^replay_start\[1\]: expected 0\.\.prefix"):
+        ops.combined_prefill(**{**torch_ops.metadata_args(md, "combined_prefill"),
+                                "replay_start": past})
+    with pytest.raises(ValueError, match=r"^replay_start: expected"):
+        ops.mixed_matrix(**{**args, "replay_start": past.reshape(3, 1)})
+
+
+def replaying_steps(seed):
+    """(config, arrays, causal, replay_start) of a random batch with bounded replay."""
+    rng = random.Random(seed)
+    config, theta = random_config(rng)
+    arrays, causal, replay = replaying_batch(rng, config, theta)
+    return config, arrays, causal, replay
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ops_equal_the_plain_functions_on_replaying_batches(seed):
+    config, arrays, causal, replay = replaying_steps(seed)
+    _, md = build(config, arrays, causal, replay_start=replay)
+    rng = random.Random(seed)
+    for ratio in (1, 4):
+        args = compressed_inputs(rng, md, arrays[1], ratio)
+        for form in FORMS:
+            got = ops.mixed_matrix(**torch_ops.metadata_args(md, "mixed_matrix"), **args,
+                                   form=form)
+            for g, e in zip(got, plain_mixed(md, {**args, "form": form})):
+                assert torch.equal(g, e)
+        rows, lens, plan = ops.combined_prefill(
+            **torch_ops.metadata_args(md, "combined_prefill"), compress_ratio=ratio,
+            chunk_size=1, prefill_local=args.get("prefill_local"))
+        expect_combined_equal(md, ratio, 1, args.get("prefill_local"), rows, lens, plan)
+
+
 def dspark_step():
     """docs/semantics.md example 3: W = 8, Wn = 64; request 0 prefix 10, request 1 prefix 2,
     three draft tokens each."""
@@ -273,6 +349,9 @@ def error_cases(md):
         ({"prefill_swa_width": 3}, r"^prefill_swa_width: expected the width of"),
         ({"prefill_gather_lens": None}, r"^prefill_gather_lens: expected >= 1 entries"),
         ({"window_size": 0}, r"^window_size: expected >= 1"),
+        ({"replay_start": a["replay_start"].long()}, r"^replay_start: expected dtype int32"),
+        ({"replay_start": a["replay_start"][:1]},
+         r"^replay_start: expected >= num_reqs 3 entries \(or none: no replay\), got 1"),
         ({"block_size": 0}, r"^block_size: expected >= 1"),
         ({"causal": False}, r"^decode_swa_indices.width: non-causal"),
         ({"compress_ratio": 3}, r"compress_ratio"),
@@ -343,6 +422,8 @@ def test_schemas_and_opcheck():
     assert str(ops.combined_prefill.default._schema).endswith("-> (Tensor, Tensor, Tensor)")
     assert "int? compressed_block_size=None" in str(ops.mixed_matrix.default._schema)
     assert 'str form="flashinfer_sm100"' in str(ops.mixed_matrix.default._schema)
+    for op in (ops.mixed_matrix, ops.combined_prefill):
+        assert "Tensor? replay_start=None)" in str(op.default._schema)
     assert str(ops.compressed_topk_to_global.default._schema).startswith(
         "sparse_swa::compressed_topk_to_global(Tensor token_to_req_indices, Tensor "
         "is_valid_token, int num_reqs, int first_token, Tensor local, Tensor block_table, ")
@@ -441,6 +522,44 @@ def test_cuda_ops_equal_the_cpu_ops(seed):
             block_table=args["compressed_block_table"], **common)
         for g, e in zip(got, expected):
             assert g.is_cuda and torch.equal(g.cpu(), e)
+
+
+@cuda
+@pytest.mark.parametrize("seed", range(8))
+def test_cuda_replaying_ops_equal_the_cpu_ops(seed):
+    config, arrays, causal, replay = replaying_steps(seed)
+    _, host = build(config, arrays, causal, replay_start=replay)
+    _, dev = build(config, arrays, causal, device="cuda", replay_start=replay)
+    assert dev.replay_start.is_cuda
+    for form in FORMS:
+        got = ops.mixed_matrix(**torch_ops.metadata_args(dev, "mixed_matrix"), form=form)
+        expected = ops.mixed_matrix(**torch_ops.metadata_args(host, "mixed_matrix"), form=form)
+        for g, e in zip(got, expected):
+            assert g.is_cuda and torch.equal(g.cpu(), e)
+    got = ops.combined_prefill(**torch_ops.metadata_args(dev, "combined_prefill"), chunk_size=1)
+    expected = ops.combined_prefill(**torch_ops.metadata_args(host, "combined_prefill"),
+                                    chunk_size=1)
+    for g, e in zip(got, expected):
+        assert torch.equal(g.cpu(), e)
+
+
+@cuda
+def test_cuda_replay_start_past_the_prefix_is_masked():
+    """docs example 6 on the GPU: rows by hand; a replay start past request 1's prefix (an
+    error on the CPU) gives its rows -1 and lens 0, the other requests' rows unchanged."""
+    md = replay_step("cuda")
+    args = torch_ops.metadata_args(md, "mixed_matrix")
+    indices, lens, swa_lens = ops.mixed_matrix(**args)
+    expect_rows(indices, [EX6_DECODE] + EX6_PREFILL)
+    assert swa_lens.tolist() == [8, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8]
+    past = torch.tensor([0, 9, 12], dtype=torch.int32, device="cuda")
+    indices, lens, swa_lens = ops.mixed_matrix(**{**args, "replay_start": past})
+    expect_rows(indices, [EX6_DECODE] + [[]] * 6 + EX6_PREFILL[6:])
+    assert lens.tolist() == [8] + [0] * 6 + [8] * 4
+    combined = torch_ops.metadata_args(md, "combined_prefill")
+    rows, lens, _ = ops.combined_prefill(**{**combined, "replay_start": past})
+    expect_rows(rows, [[]] * 6 + EX6_COMBINED[6:])
+    assert lens.tolist() == [0] * 6 + [5, 6, 7, 8]
 
 
 @cuda

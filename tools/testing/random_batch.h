@@ -54,15 +54,15 @@ struct RandomBatchOptions {
   double invalid_token_prob = 0.08;    // per real token, in batches that have invalid tokens
   bool free_unread_pages = true;       // page id -1 where no window of the step reads
   // The share of batches with a replay_start (SWA bounded replay); 0 draws none and leaves the
-  // random stream as it was without replay. Consumers that do not apply it (the mixed matrix's
-  // recomputed prefill rows) keep 0.
+  // random stream as it was without replay (builder_test_options() turns it on).
   double replay_start_prob = 0.0;
   // Draw model_runner_v2, widen_image_spans = false and flashinfer_decode_lens at random; false
   // leaves them at their defaults and the random stream as it was.
   bool draw_newer_switches = false;
 };
 
-// What the builder's own randomized tests use: replay in about a third of the batches and the
+// What the randomized tests of the builder, the consumers and the attention over the consumers'
+// rows use: replay in about a third of the batches (pages below a replay start freed) and the
 // newer config switches drawn.
 RandomBatchOptions builder_test_options();
 
