@@ -15,6 +15,7 @@
 
 #include "common/swa_formulas.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/host_output.h"
 #include "support/status_matchers.h"
 #include "testing/random_batch.h"
 #include "testing/test_batch.h"
@@ -27,28 +28,9 @@ using testing::IsInvalidArgument;
 using testing::TestBatch;
 using Row = std::vector<int32_t>;
 
-constexpr int32_t kPoison = 0x5a5a5a5a;  // outputs start poisoned: every entry must be written
-
-// An owned, poisoned output matrix with a capacity stride.
-struct Output {
-  Output(int64_t rows, int32_t width, int64_t stride = 0)
-      : rows(rows),
-        width(width),
-        stride(stride ? stride : width),
-        data(rows * this->stride, kPoison),
-        lens(rows, kPoison) {}
-  IndexView view() {
-    return {data.data(), lens.data(), rows, width, stride, 0, MemorySpace::kHost};
-  }
-  Row row(int64_t i, int32_t n = -1) const {
-    const int32_t* r = data.data() + i * stride;
-    return Row(r, r + (n < 0 ? width : n));
-  }
-  int64_t rows;
-  int32_t width;
-  int64_t stride;
-  std::vector<int32_t> data, lens;
-};
+using Output = testing::HostOutput;
+using testing::kPoison;
+using testing::padded;
 
 // A row-major host matrix.
 struct Matrix {
@@ -61,11 +43,6 @@ struct Matrix {
   int64_t rows, cols;
   Row data;
 };
-
-Row padded(Row values, int32_t width) {
-  values.resize(width, -1);
-  return values;
-}
 
 Row iota_row(int32_t from, int32_t n) {
   Row r(n);

@@ -12,6 +12,7 @@
 
 #include "sparse_swa/consumers.h"
 #include "sparse_swa/metadata_builder.h"
+#include "support/host_output.h"
 #include "support/status_matchers.h"
 #include "testing/random_batch.h"
 #include "testing/test_batch.h"
@@ -24,28 +25,9 @@ using testing::IsInvalidArgument;
 using testing::TestBatch;
 using Row = std::vector<int32_t>;
 
-constexpr int32_t kPoison = 0x5a5a5a5a;
-
-// An owned, poisoned output matrix.
-struct Output {
-  Output(int64_t rows, int32_t width) : rows(rows), width(width), data(rows * width, kPoison) {
-    lens.assign(rows, kPoison);
-  }
-  IndexView view() { return {data.data(), lens.data(), rows, width, width, 0, MemorySpace::kHost}; }
-  Row row(int64_t i) const { return Row(data.begin() + i * width, data.begin() + (i + 1) * width); }
-  bool untouched() const {
-    return std::all_of(data.begin(), data.end(), [](int32_t v) { return v == kPoison; }) &&
-           std::all_of(lens.begin(), lens.end(), [](int32_t v) { return v == kPoison; });
-  }
-  int64_t rows;
-  int32_t width;
-  Row data, lens;
-};
-
-Row padded(Row values, int32_t width) {
-  values.resize(width, -1);
-  return values;
-}
+using Output = testing::HostOutput;
+using testing::kPoison;
+using testing::padded;
 
 // Example 3 (docs/semantics.md#example-3-dspark-draft): W = 8, B = 4, DSpark k = 3 (Wn = 64),
 // request 0 seq 13 ql 3 (prefix 10), request 1 seq 5 ql 3 (prefix 2), causal = false.
