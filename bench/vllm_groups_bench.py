@@ -18,12 +18,13 @@ import argparse
 import dataclasses
 import json
 import random
-import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from vllm_dropin_bench import timed  # noqa: E402  (median host and wall µs of a call)
+
 BATCHES = (1, 64, 256)
 GROUPS = 3
 WINDOW, BLOCK = 128, 32
@@ -93,22 +94,6 @@ def step(torch, v033, loaded, rng, n, device):
                 positions=cms[0].positions)
         cms.append(cm)
     return cms
-
-
-def timed(torch, fn, repeat):
-    """(median host us of fn() without a sync, median wall us with one), after 20 warm calls."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    host, wall = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        host.append((t1 - t0) * 1e6)
-        wall.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(host), statistics.median(wall)
 
 
 def same(torch, ref, ours):
