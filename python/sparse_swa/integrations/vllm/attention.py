@@ -29,6 +29,7 @@ current stream, CPU tensors through the CPU reference (torch.ops.sparse_swa), fo
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar
 
 import sparse_swa
@@ -225,7 +226,8 @@ class SparseSWAFlashMLAAttention:
         else:
             import torch
 
-            import sparse_swa.torch_ops  # noqa: F401  the CPU path's bf16 handling
+            # Binds no local name `sparse_swa` (that would shadow the module on the CUDA path).
+            importlib.import_module("sparse_swa.torch_ops")  # the CPU path's bf16 handling
 
             torch.ops.sparse_swa.sparse_attention_out(
                 q, step.swa_pages, step.swa_block, rows, lens, out, lse, float(self.scale),
