@@ -17,7 +17,7 @@ from conftest import batch_arrays, image_spans, load_case
 from sparse_swa.integrations import vllm as dropin
 from test_random_batches import random_batch, random_config
 
-# vLLM 0.33's DeepseekSparseSWAMetadata fields, in order (docs/semantics.md#metadata-fields).
+# vLLM 0.33's DeepseekSparseSWAMetadata fields, in order (docs/semantics.md#output-fields).
 FIELDS = [
     "block_table", "slot_mapping", "block_size", "seq_lens", "query_start_loc",
     "query_start_loc_cpu", "is_valid_token", "token_to_req_indices", "decode_swa_indices",

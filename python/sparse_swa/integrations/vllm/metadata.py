@@ -62,7 +62,7 @@ class SparseSWAMetadata:
     def get_prefill_chunk_plan(
         self, compress_ratio: int, prefill_chunk_size: int, has_compressed: bool | None = None
     ) -> list[tuple[int, int, int, int]]:
-        """(start, end, N, M) per chunk of prefill requests (docs/semantics.md#chunk-plan)."""
+        """(start, end, N, M) per chunk of prefill requests (docs/semantics.md#prefill-chunk-plan)."""
         if self.num_prefills == 0:
             return []
         if self.source is None:
