@@ -21,14 +21,13 @@ import inspect
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import sparse_swa
-from vllm_stubs import fresh_dropin
+from vllm_stubs import installed_on, run_in_fresh_interpreter
 
 torch = pytest.importorskip("torch")
 ON_GPU = torch.cuda.is_available() and sparse_swa.cuda_available()
@@ -76,33 +75,13 @@ def vllm033():
     afterwards vLLM's modules are gone and the drop-in is bound to no vLLM again."""
     if RERUN:
         pytest.skip("runs in a fresh interpreter (test_in_a_fresh_interpreter)")
-    env = os.environ.get("TRITON_INTERPRET")
-    if not ON_GPU:  # vLLM's kernels in Triton's interpreter, on CPU tensors
-        os.environ["TRITON_INTERPRET"] = "1"
-    dropin = None
-    try:
-        loaded = v033.load(ROOT)
-        dropin = fresh_dropin()
-        yield loaded, dropin, dropin.install(sys.modules["vllm"])
-    finally:
-        if dropin is not None:
-            dropin.uninstall()
-        v033.unload()
-        if env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = env
-        fresh_dropin()
+    with installed_on(lambda: v033.load(ROOT), v033.unload, ON_GPU) as session:
+        yield session
 
 
 @pytest.mark.skipif(not RERUN, reason="Triton runs in this process")
 def test_in_a_fresh_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p",
-                             "no:cacheprovider", __file__], env=env, capture_output=True,
-                            text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    print(result.stdout[-2000:])
+    print(run_in_fresh_interpreter(__file__)[-2000:])
 
 
 def device():

@@ -33,7 +33,6 @@ import collections
 import importlib.util
 import os
 import random
-import subprocess
 import sys
 
 import pytest
@@ -48,7 +47,7 @@ if not ON_GPU and "triton" not in sys.modules:
 triton = pytest.importorskip("triton")
 RERUN = not ON_GPU and isinstance(triton.language.standard.sum, triton.runtime.JITFunction)
 
-from vllm_stubs import fresh_dropin  # noqa: E402
+from vllm_stubs import installed_on, run_in_fresh_interpreter  # noqa: E402
 from vllm_stubs import vllm033_flashmla as h  # noqa: E402
 from vllm_stubs.attention_reference import (  # noqa: E402
     FlashMLAEntryPoints,
@@ -70,35 +69,14 @@ def vllm033():
     """(the loaded upstream modules, the drop-in bound to them) with install() done."""
     if RERUN:
         pytest.skip("runs in a fresh interpreter (test_in_a_fresh_interpreter)")
-    env = os.environ.get("TRITON_INTERPRET")
-    if not ON_GPU:
-        os.environ["TRITON_INTERPRET"] = "1"
-    dropin = None
-    try:
-        loaded = h.load()
-        dropin = fresh_dropin()
-        installation = dropin.install(sys.modules["vllm"])
+    with installed_on(h.load, h.unload, ON_GPU) as (loaded, dropin, installation):
         assert [p.target.kind for p in installation.patches][-1] == "attention"
         yield loaded, dropin
-    finally:
-        if dropin is not None:
-            dropin.uninstall()
-        h.unload()
-        if env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = env
-        fresh_dropin()
 
 
 @pytest.mark.skipif(not RERUN, reason="Triton runs in this process")
 def test_in_a_fresh_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-s", "-p",
-                             "no:cacheprovider", __file__], env=env, capture_output=True,
-                            text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    print(result.stdout[-3000:])
+    print(run_in_fresh_interpreter(__file__, "-s"))
 
 
 def test_install_puts_the_drop_in_on_vllms_own_class(vllm033):
